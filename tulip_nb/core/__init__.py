@@ -1,0 +1,42 @@
+"""tulip_nb.core: the data model (messages, AgentState) and the error tree. No I/O."""
+
+from __future__ import annotations
+
+from tulip_nb.core._time import AwareDatetime, ensure_aware, iso_offset, parse_datetime, utcnow
+from tulip_nb.core.errors import (
+    BackendUnavailable,
+    CapabilityNotSupported,
+    CheckpointConflict,
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointNotFound,
+    InvalidThreadId,
+    TulipNBError,
+    UserError,
+)
+from tulip_nb.core.messages import Message, Role, ToolCall
+from tulip_nb.core.state import AgentState, ReasoningStep, ToolExecution, state_json_bytes
+
+__all__ = [
+    "AgentState",
+    "AwareDatetime",
+    "BackendUnavailable",
+    "CapabilityNotSupported",
+    "CheckpointConflict",
+    "CheckpointCorrupt",
+    "CheckpointError",
+    "CheckpointNotFound",
+    "InvalidThreadId",
+    "Message",
+    "ReasoningStep",
+    "Role",
+    "ToolCall",
+    "ToolExecution",
+    "TulipNBError",
+    "UserError",
+    "ensure_aware",
+    "iso_offset",
+    "parse_datetime",
+    "state_json_bytes",
+    "utcnow",
+]

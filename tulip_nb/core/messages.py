@@ -1,0 +1,115 @@
+"""Messages and tool calls: the immutable units a thread is made of.
+
+A :class:`Message` never changes once appended to a thread, so tulip_nb serialises each one once
+and reuses the bytes on every later save (see :meth:`Message.json_bytes`). Messages are frozen
+pydantic models; to change one, make a new one with ``msg.model_copy(update={...})``.
+
+The JSON shape is tulip's (six keys: ``role``, ``content``, ``tool_calls``, ``tool_call_id``,
+``name``, ``metadata``); unknown keys are kept and written back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
+
+__all__ = ["Message", "Role", "ToolCall"]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(BaseModel):
+    """One tool invocation requested by the model.
+
+    ``arguments`` is the decoded JSON object; when the provider sent text that is not valid JSON,
+    ``arguments`` is ``{}`` and the raw text is kept in ``malformed_arguments``. ``args`` is
+    accepted as an alias of ``arguments`` on input.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(
+        default_factory=dict, validation_alias=AliasChoices("arguments", "args")
+    )
+    malformed_arguments: str | None = None
+
+
+class Message(BaseModel):
+    """One message of a conversation, in tulip's format.
+
+    >>> Message(role="user", content="hi").content
+    'hi'
+
+    ``msg["role"]`` / ``msg["content"]`` give the block view some SDKs use
+    (``[{"text": ...}]`` for content), so code written against ``agent.messages`` as dicts runs.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    role: Role
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    _json: bytes | None = PrivateAttr(default=None)
+
+    # -- constructors -------------------------------------------------------------------------
+    @classmethod
+    def system(cls, content: str) -> Message:
+        return cls(role="system", content=content)
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        return cls(role="user", content=content)
+
+    @classmethod
+    def assistant(cls, content: str | None = None, tool_calls: list[ToolCall] | None = None) -> Message:
+        return cls(role="assistant", content=content, tool_calls=tool_calls or [])
+
+    @classmethod
+    def tool(cls, content: str, *, tool_call_id: str, name: str | None = None) -> Message:
+        return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name)
+
+    # -- serialisation ------------------------------------------------------------------------
+    def json_bytes(self) -> bytes:
+        """Compact JSON of this message, computed once and reused (messages are immutable)."""
+        cached = self._json
+        if cached is None:
+            cached = self.__pydantic_serializer__.to_json(self)
+            self._json = cached
+        return cached
+
+    # -- block view (seed 002: ``msg["role"]``, ``msg["content"]`` as text blocks) -------------
+    @property
+    def text(self) -> str:
+        """The text content, ``""`` when there is none."""
+        return self.content or ""
+
+    def content_blocks(self) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = []
+        if self.content:
+            blocks.append({"text": self.content})
+        for call in self.tool_calls:
+            blocks.append({"toolUse": {"toolUseId": call.id, "name": call.name, "input": call.arguments}})
+        return blocks
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "content":
+            return self.content_blocks()
+        if key in type(self).model_fields:
+            return getattr(self, key)
+        extra = self.__pydantic_extra__ or {}
+        if key in extra:
+            return extra[key]
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default

@@ -1,0 +1,140 @@
+"""AgentState: everything a checkpoint holds, in tulip's format.
+
+An ``AgentState`` is what a checkpointer saves for one thread at one moment: the full message
+history plus the per-turn bookkeeping (iterations, tool executions, token counters, errors) and the
+application's ``metadata``. Every field and default of tulip-agents 2.28 is here, and unknown keys
+are kept and written back, so loading and re-saving a foreign checkpoint loses nothing.
+
+Counters, ``tool_executions``, ``reasoning_steps``, ``errors`` and ``iteration`` describe the last
+turn; ``messages``, ``metadata`` and ``provider_state`` carry across turns.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tulip_nb.core._time import AwareDatetime, utcnow
+from tulip_nb.core.messages import Message, ToolCall
+
+__all__ = ["AgentState", "ReasoningStep", "ToolExecution", "state_json_bytes"]
+
+DEFAULT_READ_ONLY_TOOLS: tuple[str, ...] = (
+    "cat",
+    "find_files",
+    "glob",
+    "grep",
+    "list_dir",
+    "list_directory",
+    "list_files",
+    "ls",
+    "read",
+    "read_file",
+    "search_files",
+    "todo_read",
+    "view",
+)
+DEFAULT_TERMINAL_TOOLS: tuple[str, ...] = ("complete", "done", "finish", "submit")
+
+
+def _new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+class ToolExecution(BaseModel):
+    """The record of one tool call executed by the agent (also the idempotency ledger)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tool_name: str
+    tool_call_id: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    result: Any = None
+    error: str | None = None
+    duration_ms: float = 0.0
+    timestamp: AwareDatetime = Field(default_factory=utcnow)
+    idempotent_cache_hit: bool = False
+
+
+class ReasoningStep(BaseModel):
+    """One loop iteration's thought, tool calls and results."""
+
+    model_config = ConfigDict(extra="allow")
+
+    iteration: int
+    thought: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_results: list[ToolExecution] = Field(default_factory=list)
+    reflection: str | None = None
+    confidence_delta: float = 0.0
+    timestamp: AwareDatetime = Field(default_factory=utcnow)
+
+
+class AgentState(BaseModel):
+    """The persisted state of one thread (see the module docstring)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=False)
+
+    run_id: str = Field(default_factory=_new_run_id)
+    agent_id: str | None = None
+    messages: list[Message] = Field(default_factory=list)
+    iteration: int = 0
+    max_iterations: int = 20
+    tool_executions: list[ToolExecution] = Field(default_factory=list)
+    reasoning_steps: list[ReasoningStep] = Field(default_factory=list)
+    confidence: float = 0.0
+    confidence_threshold: float = 0.85
+    confidence_history: list[float] = Field(default_factory=list)
+    tool_history: list[str] = Field(default_factory=list)
+    tool_loop_threshold: int = 3
+    tool_loop_read_only_threshold: int | None = None
+    tool_loop_read_only_tools: list[str] = Field(default_factory=lambda: list(DEFAULT_READ_ONLY_TOOLS))
+    tool_loop_warnings: list[Any] = Field(default_factory=list)
+    terminal_tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TERMINAL_TOOLS))
+    total_tokens_used: int = 0
+    prompt_tokens_used: int = 0
+    completion_tokens_used: int = 0
+    cache_creation_tokens_used: int = 0
+    cache_read_tokens_used: int = 0
+    cached_tokens_used: int = 0
+    cache_write_tokens_used: int = 0
+    reported_cost_usd: float = 0.0
+    reported_cost_calls: int = 0
+    token_budget: int | None = None
+    input_price_per_mtok: float | None = None
+    output_price_per_mtok: float | None = None
+    cost_usd_used: float = 0.0
+    cost_budget_usd: float | None = None
+    completion_mode: Literal["auto", "explicit"] = "auto"
+    errors: list[str] = Field(default_factory=list)
+    provider_state: dict[str, Any] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    started_at: AwareDatetime = Field(default_factory=utcnow)
+    updated_at: AwareDatetime = Field(default_factory=utcnow)
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Keys this version does not know, kept verbatim for the next save."""
+        return dict(self.__pydantic_extra__ or {})
+
+    def to_json_bytes(self) -> bytes:
+        """Compact JSON of the whole state; see :func:`state_json_bytes`."""
+        return state_json_bytes(self)
+
+
+_EXCLUDE_MESSAGES = {"messages"}
+
+
+def state_json_bytes(state: AgentState) -> bytes:
+    """Serialise ``state`` to compact JSON, reusing each message's cached bytes.
+
+    The cost of a save is then the new messages plus the small per-turn fields, not the whole
+    history: a message is serialised the first time it is saved and never again.
+    """
+    rest = AgentState.__pydantic_serializer__.to_json(state, exclude=_EXCLUDE_MESSAGES)
+    messages = b",".join([m.json_bytes() for m in state.messages])
+    if rest == b"{}":
+        return b'{"messages":[' + messages + b"]}"
+    return b'{"messages":[' + messages + b"]," + rest[1:]

@@ -1,0 +1,26 @@
+"""Checkpointer backends: where threads are stored.
+
+Native checkpointers (pass straight to ``Agent(checkpointer=...)``): :class:`MemoryCheckpointer`,
+:class:`FileCheckpointer`. Backends with optional dependencies (S3, Redis, PostgreSQL, MySQL,
+OpenSearch, HTTP) are imported lazily, so ``import tulip_nb.memory.backends`` pulls in none of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from tulip_nb.memory.backends.file import FileCheckpointer
+from tulip_nb.memory.backends.memory import MemoryCheckpointer
+
+__all__ = ["FileCheckpointer", "MemoryCheckpointer"]
+
+# name -> module, for backends whose dependencies are optional (added as they land)
+_LAZY: dict[str, str] = {}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,244 @@
+"""MemoryCheckpointer: threads in a dict, for tests and a single-process REPL.
+
+Checkpoints are stored as encoded envelopes (bytes), so mutating a state after saving it never
+changes what was saved, and a load returns a fresh, independent state.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tulip_nb.core._time import utcnow
+from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound
+from tulip_nb.core.state import AgentState
+from tulip_nb.memory._envelope import (
+    decode_envelope,
+    encode_envelope,
+    info_row,
+    matches_pattern,
+    metadata_matches,
+    search_hit,
+    search_state,
+)
+from tulip_nb.memory.checkpointer import (
+    BaseCheckpointer,
+    Capabilities,
+    Checkpoint,
+    CheckpointInfo,
+    new_checkpoint_id,
+    save_metadata,
+    validate_checkpoint_id,
+    validate_thread_id,
+)
+
+__all__ = ["MemoryCheckpointer"]
+
+_TICK = timedelta(microseconds=1)
+
+
+class MemoryCheckpointer(BaseCheckpointer):
+    """Keeps every checkpoint of every thread in this process's memory.
+
+    >>> import asyncio
+    >>> from tulip_nb.core import AgentState, Message
+    >>> cp = MemoryCheckpointer()
+    >>> cid = asyncio.run(cp.save(AgentState(messages=[Message.user("hi")]), "t1"))
+    >>> asyncio.run(cp.load("t1")).messages[0].content
+    'hi'
+    """
+
+    def __init__(self) -> None:
+        # thread_id -> checkpoint_id -> (info, envelope bytes); insertion order == save order
+        self._threads: dict[str, dict[str, tuple[CheckpointInfo, bytes]]] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            search=True,
+            metadata_query=True,
+            vacuum=True,
+            branching=True,
+            list_threads=True,
+            list_with_metadata=True,
+        )
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _ordered(self, thread_id: str) -> list[CheckpointInfo]:
+        records = self._threads.get(thread_id, {})
+        return sorted((info for info, _ in records.values()), key=lambda i: i.created_at, reverse=True)
+
+    def _latest(self, thread_id: str) -> CheckpointInfo | None:
+        records = self._threads.get(thread_id)
+        if not records:
+            return None
+        return max((info for info, _ in records.values()), key=lambda i: i.created_at)
+
+    def _record(self, thread_id: str, checkpoint_id: str) -> bytes:
+        rec = self._threads.get(thread_id, {}).get(checkpoint_id)
+        if rec is None:
+            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
+        return rec[1]
+
+    # -- contract -----------------------------------------------------------------------------
+    async def save(
+        self,
+        state: AgentState,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        expected_parent: str | None = None,
+    ) -> str:
+        validate_thread_id(thread_id)
+        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
+        with self._lock:
+            latest = self._latest(thread_id)
+            latest_id = latest.checkpoint_id if latest else None
+            if expected_parent is not None and (expected_parent or None) != latest_id:
+                raise CheckpointConflict(
+                    "thread's latest checkpoint is not the expected parent",
+                    thread_id=thread_id,
+                    expected=expected_parent,
+                    actual=latest_id,
+                )
+            now = utcnow()
+            if latest is not None and now <= latest.created_at:
+                now = latest.created_at + _TICK
+            meta = save_metadata(metadata, latest_id)
+            data = encode_envelope(cid, thread_id, now, state, meta)
+            records = self._threads.setdefault(thread_id, {})
+            records.pop(cid, None)
+            records[cid] = (CheckpointInfo(cid, thread_id, now, meta), data)
+        return cid
+
+    async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        validate_thread_id(thread_id)
+        with self._lock:
+            if checkpoint_id is None:
+                latest = self._latest(thread_id)
+                if latest is None:
+                    return None
+                checkpoint_id = latest.checkpoint_id
+            data = self._record(thread_id, checkpoint_id)
+        return decode_envelope(data, where=f"memory:{thread_id}/{checkpoint_id}", thread_id=thread_id)
+
+    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
+        ckpt = await self.load_checkpoint(thread_id, checkpoint_id)
+        return ckpt.state if ckpt else None
+
+    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+        validate_thread_id(thread_id)
+        with self._lock:
+            return [i.checkpoint_id for i in self._ordered(thread_id)[:limit]]
+
+    async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
+        validate_thread_id(thread_id)
+        with self._lock:
+            return self._ordered(thread_id)[:limit]
+
+    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        validate_thread_id(thread_id)
+        with self._lock:
+            if checkpoint_id is None:
+                return self._threads.pop(thread_id, None) is not None
+            records = self._threads.get(thread_id, {})
+            found = records.pop(checkpoint_id, None) is not None
+            if not records:
+                self._threads.pop(thread_id, None)
+            return found
+
+    async def exists(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        validate_thread_id(thread_id)
+        with self._lock:
+            records = self._threads.get(thread_id, {})
+            return bool(records) if checkpoint_id is None else checkpoint_id in records
+
+    # -- capabilities -------------------------------------------------------------------------
+    async def get_metadata(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any] | None:
+        validate_thread_id(thread_id)
+        with self._lock:
+            if checkpoint_id is None:
+                latest = self._latest(thread_id)
+                return dict(latest.metadata) if latest else None
+            rec = self._threads.get(thread_id, {}).get(checkpoint_id)
+            return dict(rec[0].metadata) if rec else None
+
+    async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
+        with self._lock:
+            ids = sorted(t for t in self._threads if matches_pattern(t, pattern))
+        return ids[:limit]
+
+    async def list_with_metadata(self, limit: int = 100) -> list[dict[str, Any]]:
+        with self._lock:
+            latest = [self._latest(t) for t in self._threads]
+        rows = sorted((i for i in latest if i), key=lambda i: i.created_at, reverse=True)
+        return [info_row(i) for i in rows[:limit]]
+
+    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
+        validate_thread_id(source_thread_id)
+        validate_thread_id(dest_thread_id)
+        with self._lock:
+            source = self._threads.get(source_thread_id)
+            if not source:
+                raise CheckpointNotFound("source thread has no checkpoints", thread_id=source_thread_id)
+            if self._threads.get(dest_thread_id):
+                raise CheckpointConflict(
+                    "destination thread already has checkpoints; delete it first",
+                    thread_id=dest_thread_id,
+                )
+            copied: dict[str, tuple[CheckpointInfo, bytes]] = {}
+            for cid, (info, data) in source.items():
+                ckpt = decode_envelope(data, where=f"memory:{source_thread_id}/{cid}")
+                meta = {**info.metadata, "copied_from": {"thread_id": source_thread_id, "checkpoint_id": cid}}
+                new = encode_envelope(cid, dest_thread_id, info.created_at, ckpt.state, meta, ckpt.extra)
+                copied[cid] = (CheckpointInfo(cid, dest_thread_id, info.created_at, meta), new)
+            self._threads[dest_thread_id] = copied
+        return True
+
+    async def vacuum(self, older_than_days: float = 30) -> int:
+        cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
+        removed = 0
+        with self._lock:
+            for tid in list(self._threads):
+                records = self._threads[tid]
+                for cid in [c for c, (info, _) in records.items() if info.created_at < cutoff]:
+                    del records[cid]
+                    removed += 1
+                if not records:
+                    del self._threads[tid]
+        return removed
+
+    async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
+        hits = []
+        for tid in await self.list_threads(limit=10**9):
+            ckpt = await self.load_checkpoint(tid)
+            if ckpt is None:
+                continue
+            score, idx, snippet = search_state(ckpt.state, query)
+            if score:
+                hits.append(search_hit(ckpt, score, idx, snippet))
+        hits.sort(key=lambda h: (-h["score"], h["thread_id"]))
+        return hits[:limit]
+
+    async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
+        with self._lock:
+            infos = [info for recs in self._threads.values() for info, _ in recs.values()]
+        infos.sort(key=lambda i: i.created_at, reverse=True)
+        out = []
+        for info in infos:
+            state = None
+            if key not in info.metadata:
+                ckpt = await self.load_checkpoint(info.thread_id, info.checkpoint_id)
+                state = ckpt.state if ckpt else None
+            if metadata_matches(info.metadata, state, key, value):
+                out.append(info_row(info))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def __repr__(self) -> str:
+        return f"MemoryCheckpointer(threads={len(self._threads)})"
+

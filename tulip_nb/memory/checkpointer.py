@@ -1,0 +1,305 @@
+"""The checkpointer contract.
+
+A **thread** is one conversation, named by a string ``thread_id`` that you choose
+(``"ticket-8912-refund"``). A **checkpoint** is the thread's :class:`~tulip_nb.core.AgentState`
+saved at one moment, under a ``checkpoint_id``. Each save adds a checkpoint; the newest one is the
+thread's *latest*, which is what an agent loads to continue the conversation. Earlier checkpoints
+stay until deleted or vacuumed, so a thread's history can be listed, loaded, diffed and forked.
+
+Every save records, in the checkpoint's *save metadata*, ``parent_checkpoint_id``: the thread's
+latest checkpoint before this save. That lineage is what replay, diff and fork walk.
+
+Concurrency is last-write-wins by default. Pass ``expected_parent=`` to :meth:`save` for
+compare-and-swap: the save raises :class:`~tulip_nb.core.errors.CheckpointConflict` instead of
+silently racing when the thread's latest is not the one you expected.
+
+Writing your own checkpointer: subclass :class:`BaseCheckpointer`, implement ``save``, ``load``
+and ``list_checkpoints``, override ``delete`` / ``exists`` if the defaults don't fit, and advertise
+what else you support through :attr:`BaseCheckpointer.capabilities`::
+
+    class DictCheckpointer(BaseCheckpointer):
+        def __init__(self):
+            self.data = {}
+
+        async def save(self, state, thread_id, checkpoint_id=None, metadata=None, **kw):
+            cid = checkpoint_id or new_checkpoint_id()
+            self.data.setdefault(thread_id, []).insert(0, (cid, state.model_copy(deep=True)))
+            return cid
+
+        async def load(self, thread_id, checkpoint_id=None):
+            for cid, state in self.data.get(thread_id, []):
+                if checkpoint_id in (None, cid):
+                    return state.model_copy(deep=True)
+            return None
+
+        async def list_checkpoints(self, thread_id, limit=10):
+            return [cid for cid, _ in self.data.get(thread_id, [])][:limit]
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from tulip_nb.core.errors import CapabilityNotSupported, InvalidThreadId
+from tulip_nb.core.state import AgentState
+
+__all__ = [
+    "MAX_THREAD_ID_LENGTH",
+    "BaseCheckpointer",
+    "Capabilities",
+    "Checkpoint",
+    "CheckpointInfo",
+    "new_checkpoint_id",
+    "validate_checkpoint_id",
+    "validate_thread_id",
+]
+
+MAX_THREAD_ID_LENGTH = 4096
+PARENT_KEY = "parent_checkpoint_id"
+
+
+def new_checkpoint_id() -> str:
+    """A fresh checkpoint id: uuid4 hex, as tulip mints them."""
+    return uuid.uuid4().hex
+
+
+def validate_thread_id(thread_id: object) -> str:
+    """Return ``thread_id`` if it can be stored safely, else raise :class:`InvalidThreadId`."""
+    if not isinstance(thread_id, str):
+        raise InvalidThreadId(f"thread_id must be a str, got {type(thread_id).__name__}")
+    if not thread_id:
+        raise InvalidThreadId("thread_id must not be empty")
+    if "\x00" in thread_id:
+        raise InvalidThreadId("thread_id must not contain NUL", thread_id=thread_id)
+    if len(thread_id) > MAX_THREAD_ID_LENGTH:
+        raise InvalidThreadId(
+            f"thread_id is {len(thread_id)} characters, more than {MAX_THREAD_ID_LENGTH}",
+            thread_id=thread_id[:40] + "...",
+        )
+    return thread_id
+
+
+def validate_checkpoint_id(checkpoint_id: object, thread_id: str | None = None) -> str:
+    """Return ``checkpoint_id`` if usable as a key, else raise :class:`InvalidThreadId`."""
+    if not isinstance(checkpoint_id, str) or not checkpoint_id or "\x00" in checkpoint_id:
+        raise InvalidThreadId(
+            f"checkpoint_id must be a non-empty str without NUL, got {checkpoint_id!r}",
+            thread_id=thread_id,
+        )
+    if len(checkpoint_id) > 512:
+        raise InvalidThreadId("checkpoint_id is longer than 512 characters", thread_id=thread_id)
+    return checkpoint_id
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Which optional operations a checkpointer supports (all off by default).
+
+    An operation whose flag is off raises :class:`~tulip_nb.core.errors.CapabilityNotSupported`
+    (a ``NotImplementedError``) naming the capability.
+    """
+
+    search: bool = False
+    metadata_query: bool = False
+    vacuum: bool = False
+    branching: bool = False
+    ttl: bool = False
+    list_threads: bool = False
+    list_with_metadata: bool = False
+    persistent_checkpoint_ids: bool = False
+
+    def enabled(self) -> list[str]:
+        """Names of the capabilities that are on."""
+        return [f.name for f in fields(self) if getattr(self, f.name)]
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What is known about one checkpoint without loading its state."""
+
+    checkpoint_id: str
+    thread_id: str
+    created_at: datetime
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def parent_checkpoint_id(self) -> str | None:
+        parent = self.metadata.get(PARENT_KEY)
+        return parent if isinstance(parent, str) else None
+
+
+@dataclass
+class Checkpoint:
+    """One stored checkpoint: its state plus the envelope around it."""
+
+    checkpoint_id: str
+    thread_id: str
+    created_at: datetime
+    state: AgentState
+    metadata: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Envelope keys this version does not know, kept verbatim."""
+
+    @property
+    def info(self) -> CheckpointInfo:
+        return CheckpointInfo(self.checkpoint_id, self.thread_id, self.created_at, self.metadata)
+
+    @property
+    def parent_checkpoint_id(self) -> str | None:
+        return self.info.parent_checkpoint_id
+
+
+def save_metadata(metadata: dict[str, Any] | None, parent: str | None) -> dict[str, Any]:
+    """The save metadata to store: the caller's keys plus ``parent_checkpoint_id``.
+
+    A caller-given ``parent_checkpoint_id`` (a fork, an import) wins over the computed one.
+    """
+    out = dict(metadata) if metadata else {}
+    out.setdefault(PARENT_KEY, parent)
+    return out
+
+
+class BaseCheckpointer(ABC):
+    """Persists :class:`~tulip_nb.core.AgentState` per thread; see the module docstring."""
+
+    # -- capabilities -------------------------------------------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:
+        """The optional operations this backend supports (none by default)."""
+        return Capabilities()
+
+    def _require(self, capability: str, operation: str) -> None:
+        if not getattr(self.capabilities, capability):
+            raise CapabilityNotSupported(type(self).__name__, capability, operation)
+
+    def _unimplemented(self, capability: str, operation: str) -> CapabilityNotSupported:
+        self._require(capability, operation)
+        # The flag is on but the subclass did not implement the operation: still say so plainly.
+        return CapabilityNotSupported(type(self).__name__, capability, operation)
+
+    # -- the three required operations --------------------------------------------------------
+    @abstractmethod
+    async def save(
+        self,
+        state: AgentState,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        expected_parent: str | None = None,
+    ) -> str:
+        """Save ``state`` as a new checkpoint of ``thread_id`` and return its id.
+
+        ``metadata`` is stored as the checkpoint's save metadata, with ``parent_checkpoint_id``
+        (the thread's latest before this save) added. ``expected_parent`` turns the save into a
+        compare-and-swap: :class:`CheckpointConflict` unless the thread's latest is that id
+        (``""`` means "the thread must be empty").
+        """
+
+    @abstractmethod
+    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
+        """Load the latest state of ``thread_id`` (or one checkpoint); ``None`` for no thread.
+
+        An explicitly requested ``checkpoint_id`` that does not exist raises
+        :class:`CheckpointNotFound`; a storage outage raises :class:`BackendUnavailable`.
+        """
+
+    @abstractmethod
+    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+        """Checkpoint ids of ``thread_id``, newest first."""
+
+    # -- defaults built on the three ----------------------------------------------------------
+    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        """Delete one checkpoint, or the whole thread when ``checkpoint_id`` is None."""
+        raise CapabilityNotSupported(type(self).__name__, "delete", "delete")
+
+    async def exists(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        """Whether the thread (or one of its checkpoints) exists."""
+        if checkpoint_id is None:
+            return bool(await self.list_checkpoints(thread_id, limit=1))
+        from tulip_nb.core.errors import CheckpointNotFound
+
+        try:
+            return await self.load(thread_id, checkpoint_id) is not None
+        except CheckpointNotFound:
+            return False
+
+    async def latest_checkpoint_id(self, thread_id: str) -> str | None:
+        """The id of the thread's latest checkpoint, or None for an empty thread."""
+        ids = await self.list_checkpoints(thread_id, limit=1)
+        return ids[0] if ids else None
+
+    async def load_checkpoint(
+        self, thread_id: str, checkpoint_id: str | None = None
+    ) -> Checkpoint | None:
+        """Like :meth:`load`, with the envelope (id, created_at, save metadata) around the state."""
+        cid = checkpoint_id or await self.latest_checkpoint_id(thread_id)
+        if cid is None:
+            return None
+        state = await self.load(thread_id, cid)
+        if state is None:
+            return None
+        meta = await self.get_metadata(thread_id, cid) if self.capabilities.metadata_query else {}
+        return Checkpoint(cid, thread_id, state.updated_at, state, meta or {})
+
+    async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
+        """Checkpoint ids with created_at and save metadata, newest first."""
+        out = []
+        for cid in await self.list_checkpoints(thread_id, limit=limit):
+            ckpt = await self.load_checkpoint(thread_id, cid)
+            if ckpt is not None:
+                out.append(ckpt.info)
+        return out
+
+    async def close(self) -> None:
+        """Release connections and files; the checkpointer is unusable afterwards."""
+
+    async def __aenter__(self) -> BaseCheckpointer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- capability-gated operations ----------------------------------------------------------
+    async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
+        """Full-text search over stored threads (capability ``search``)."""
+        raise self._unimplemented("search", "search")
+
+    async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
+        """Checkpoints whose save metadata has ``key == value`` (capability ``metadata_query``)."""
+        raise self._unimplemented("metadata_query", "query_by_metadata")
+
+    async def get_metadata(
+        self, thread_id: str, checkpoint_id: str | None = None
+    ) -> dict[str, Any] | None:
+        """A checkpoint's save metadata (capability ``metadata_query``)."""
+        raise self._unimplemented("metadata_query", "get_metadata")
+
+    async def vacuum(self, older_than_days: float = 30) -> int:
+        """Delete checkpoints older than ``older_than_days`` (capability ``vacuum``)."""
+        raise self._unimplemented("vacuum", "vacuum")
+
+    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
+        """Copy a thread with its whole history to a new id (capability ``branching``)."""
+        raise self._unimplemented("branching", "copy_thread")
+
+    async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
+        """Thread ids matching the glob ``pattern`` (capability ``list_threads``)."""
+        raise self._unimplemented("list_threads", "list_threads")
+
+    async def list_with_metadata(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Each thread's latest checkpoint with its metadata (capability ``list_with_metadata``)."""
+        raise self._unimplemented("list_with_metadata", "list_with_metadata")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
