@@ -79,3 +79,14 @@ class NullManager(ConversationManager):
 
 
 NullConversationManager = NullManager
+
+
+def default_manager(context_window: int | None, max_iterations: int = 20) -> ConversationManager:
+    """The manager an agent gets when none is given (seed 000).
+
+    A known context window -> ``LLMCompactor(context_length=window)`` without a summariser; an
+    unknown one -> ``SlidingWindowManager(window_size=max(20, max_iterations * 2))``.
+    """
+    from tulip_nb.memory import compactor  # the managers live there; imported lazily
+
+    return compactor.default_conversation_manager(context_window, max_iterations)
