@@ -12,7 +12,7 @@ turn; ``messages``, ``metadata`` and ``provider_state`` carry across turns.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,9 +51,9 @@ class ToolExecution(BaseModel):
     tool_name: str
     tool_call_id: str
     arguments: dict[str, Any] = Field(default_factory=dict)
-    result: Any = None
+    result: str | None = None
     error: str | None = None
-    duration_ms: float = 0.0
+    duration_ms: float | None = None
     timestamp: AwareDatetime = Field(default_factory=utcnow)
     idempotent_cache_hit: bool = False
 
@@ -91,7 +91,7 @@ class AgentState(BaseModel):
     tool_loop_threshold: int = 3
     tool_loop_read_only_threshold: int | None = None
     tool_loop_read_only_tools: list[str] = Field(default_factory=lambda: list(DEFAULT_READ_ONLY_TOOLS))
-    tool_loop_warnings: list[Any] = Field(default_factory=list)
+    tool_loop_warnings: list[tuple[str, int]] = Field(default_factory=list)
     terminal_tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TERMINAL_TOOLS))
     total_tokens_used: int = 0
     prompt_tokens_used: int = 0
@@ -107,7 +107,8 @@ class AgentState(BaseModel):
     output_price_per_mtok: float | None = None
     cost_usd_used: float = 0.0
     cost_budget_usd: float | None = None
-    completion_mode: Literal["auto", "explicit"] = "auto"
+    completion_mode: str = "auto"
+    """``"auto"`` or ``"explicit"``; other values from newer writers are kept as they are."""
     errors: list[str] = Field(default_factory=list)
     provider_state: dict[str, Any] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
