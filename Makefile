@@ -27,7 +27,7 @@ demo: $(VENV)/.demo-installed
 	$(PY) scripts/demo.py
 
 lint: $(VENV)/.dev-installed
-	$(VENV)/bin/ruff check tulip_nb tests bench scripts
+	$(VENV)/bin/ruff check .
 
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/mypy

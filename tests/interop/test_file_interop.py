@@ -11,7 +11,9 @@ from tulip_nb.memory.backends.file import FileCheckpointer
 
 from ..backends.conformance import full_state
 
-tulip_file = pytest.importorskip("tulip.memory.backends.file", reason="tulip-agents (the interop peer) is not installed")
+tulip_file = pytest.importorskip(
+    "tulip.memory.backends.file", reason="tulip-agents (the interop peer) is not installed"
+)
 tulip_state = pytest.importorskip("tulip.core.state")
 
 pytestmark = pytest.mark.interop

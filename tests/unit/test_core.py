@@ -81,9 +81,7 @@ def test_datetimes_accept_z_offset_and_naive(stamp: str) -> None:
 
 
 def test_non_utc_offsets_are_kept_aware() -> None:
-    ex = ToolExecution.model_validate(
-        {"tool_name": "t", "tool_call_id": "c", "timestamp": "2026-11-30T08:00:00+02:00"}
-    )
+    ex = ToolExecution.model_validate({"tool_name": "t", "tool_call_id": "c", "timestamp": "2026-11-30T08:00:00+02:00"})
     assert ex.timestamp == datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 
 

@@ -120,6 +120,4 @@ class CapabilityNotSupported(TulipNBError, NotImplementedError):
         self.backend = backend
         self.capability = capability
         self.operation = operation
-        super().__init__(
-            f"{backend} does not support {operation}() (capability {capability!r} is off)"
-        )
+        super().__init__(f"{backend} does not support {operation}() (capability {capability!r} is off)")

@@ -31,9 +31,7 @@ class ToolCall(BaseModel):
 
     id: str
     name: str
-    arguments: dict[str, Any] = Field(
-        default_factory=dict, validation_alias=AliasChoices("arguments", "args")
-    )
+    arguments: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("arguments", "args"))
     malformed_arguments: str | None = None
 
 

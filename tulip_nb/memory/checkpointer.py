@@ -234,9 +234,7 @@ class BaseCheckpointer(ABC):
         ids = await self.list_checkpoints(thread_id, limit=1)
         return ids[0] if ids else None
 
-    async def load_checkpoint(
-        self, thread_id: str, checkpoint_id: str | None = None
-    ) -> Checkpoint | None:
+    async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         """Like :meth:`load`, with the envelope (id, created_at, save metadata) around the state."""
         cid = checkpoint_id or await self.latest_checkpoint_id(thread_id)
         if cid is None:
@@ -256,7 +254,7 @@ class BaseCheckpointer(ABC):
                 out.append(ckpt.info)
         return out
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release connections and files; the checkpointer is unusable afterwards."""
 
     async def __aenter__(self) -> BaseCheckpointer:
@@ -279,9 +277,7 @@ class BaseCheckpointer(ABC):
         """Checkpoints whose save metadata has ``key == value`` (capability ``metadata_query``)."""
         raise self._unimplemented("metadata_query", "query_by_metadata")
 
-    async def get_metadata(
-        self, thread_id: str, checkpoint_id: str | None = None
-    ) -> dict[str, Any] | None:
+    async def get_metadata(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any] | None:
         """A checkpoint's save metadata (capability ``metadata_query``)."""
         raise self._unimplemented("metadata_query", "get_metadata")
 

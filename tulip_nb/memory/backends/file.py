@@ -320,7 +320,9 @@ class FileCheckpointer(BaseCheckpointer):
             if found is None:
                 entry = self._scan_entry(directory, path.name)
                 if isinstance(entry, _Bad) and path.exists():
-                    raise CheckpointCorrupt(entry.reason, thread_id=thread_id, checkpoint_id=checkpoint_id, path=str(path))
+                    raise CheckpointCorrupt(
+                        entry.reason, thread_id=thread_id, checkpoint_id=checkpoint_id, path=str(path)
+                    )
                 raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
             return self._read_checkpoint(found[0], thread_id)
         for name, _info in self._infos(thread_id, directory):
@@ -535,5 +537,3 @@ def _unavailable(e: OSError, path: Path | str) -> BackendUnavailable:
     reason = errno.errorcode.get(e.errno or 0, "") if e.errno else ""
     text = e.strerror or str(e)
     return BackendUnavailable(f"file store I/O failed: {reason + ': ' if reason else ''}{text}", path=str(path))
-
-

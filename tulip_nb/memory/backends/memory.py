@@ -241,4 +241,3 @@ class MemoryCheckpointer(BaseCheckpointer):
 
     def __repr__(self) -> str:
         return f"MemoryCheckpointer(threads={len(self._threads)})"
-
