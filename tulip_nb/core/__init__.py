@@ -15,7 +15,7 @@ from tulip_nb.core.errors import (
     UserError,
 )
 from tulip_nb.core.messages import Message, Role, ToolCall
-from tulip_nb.core.state import AgentState, ReasoningStep, ToolExecution, state_json_bytes
+from tulip_nb.core.state import AgentState, ReasoningStep, ToolExecution, state_json_bytes, state_json_parts
 
 __all__ = [
     "AgentState",
@@ -38,5 +38,6 @@ __all__ = [
     "iso_offset",
     "parse_datetime",
     "state_json_bytes",
+    "state_json_parts",
     "utcnow",
 ]

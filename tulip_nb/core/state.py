@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tulip_nb.core._time import AwareDatetime, utcnow
 from tulip_nb.core.messages import Message, ToolCall
 
-__all__ = ["AgentState", "ReasoningStep", "ToolExecution", "state_json_bytes"]
+__all__ = ["AgentState", "ReasoningStep", "ToolExecution", "state_json_bytes", "state_json_parts"]
 
 DEFAULT_READ_ONLY_TOOLS: tuple[str, ...] = (
     "cat",
@@ -128,14 +128,23 @@ class AgentState(BaseModel):
 _EXCLUDE_MESSAGES = {"messages"}
 
 
-def state_json_bytes(state: AgentState) -> bytes:
-    """Serialise ``state`` to compact JSON, reusing each message's cached bytes.
+def state_json_parts(state: AgentState) -> list[bytes]:
+    """The compact JSON of ``state`` as chunks to join, reusing each message's cached bytes.
 
     The cost of a save is then the new messages plus the small per-turn fields, not the whole
-    history: a message is serialised the first time it is saved and never again.
+    history: a message is serialised the first time it is saved and never again. Callers that
+    wrap the state (an envelope) join everything once, so the history is copied once.
     """
     rest = AgentState.__pydantic_serializer__.to_json(state, exclude=_EXCLUDE_MESSAGES)
-    messages = b",".join([m.json_bytes() for m in state.messages])
-    if rest == b"{}":
-        return b'{"messages":[' + messages + b"]}"
-    return b'{"messages":[' + messages + b"]," + rest[1:]
+    parts = [b'{"messages":[']
+    for i, message in enumerate(state.messages):
+        if i:
+            parts.append(b",")
+        parts.append(message.json_bytes())
+    parts.append(b"]}" if rest == b"{}" else b"]," + rest[1:])
+    return parts
+
+
+def state_json_bytes(state: AgentState) -> bytes:
+    """Serialise ``state`` to compact JSON (see :func:`state_json_parts`)."""
+    return b"".join(state_json_parts(state))

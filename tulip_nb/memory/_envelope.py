@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tulip_nb.core._time import AwareDatetime, iso_offset, parse_datetime
 from tulip_nb.core.errors import CheckpointCorrupt
-from tulip_nb.core.state import AgentState, state_json_bytes
+from tulip_nb.core.state import AgentState, state_json_parts
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 
 __all__ = [
@@ -36,7 +36,7 @@ __all__ = [
     "search_state",
 ]
 
-HEAD_BYTES = 16384
+HEAD_BYTES = 4096
 
 
 class _Envelope(BaseModel):
@@ -56,24 +56,24 @@ def encode_envelope(
     state: AgentState,
     metadata: dict[str, Any],
     extra: dict[str, Any] | None = None,
-    *,
-    state_bytes: bytes | None = None,
 ) -> bytes:
-    """Bytes of one envelope; the state part reuses each message's cached JSON."""
-    body = state_bytes if state_bytes is not None else state_json_bytes(state)
-    out = (
-        b'{"checkpoint_id":'
-        + orjson.dumps(checkpoint_id)
-        + b',"thread_id":'
-        + orjson.dumps(thread_id)
-        + b',"created_at":'
-        + orjson.dumps(iso_offset(created_at))
-        + b',"metadata":'
-        + orjson.dumps(metadata, option=orjson.OPT_NON_STR_KEYS)
-    )
+    """Bytes of one envelope; the state part reuses each message's cached JSON, copied once."""
+    parts = [
+        b'{"checkpoint_id":',
+        orjson.dumps(checkpoint_id),
+        b',"thread_id":',
+        orjson.dumps(thread_id),
+        b',"created_at":',
+        orjson.dumps(iso_offset(created_at)),
+        b',"metadata":',
+        orjson.dumps(metadata, option=orjson.OPT_NON_STR_KEYS),
+    ]
     if extra:
-        out += b"," + orjson.dumps(extra, option=orjson.OPT_NON_STR_KEYS)[1:-1]
-    return out + b',"state":' + body + b"}"
+        parts += [b",", orjson.dumps(extra, option=orjson.OPT_NON_STR_KEYS)[1:-1]]
+    parts.append(b',"state":')
+    parts += state_json_parts(state)
+    parts.append(b"}")
+    return b"".join(parts)
 
 
 def decode_envelope(data: bytes, *, where: str, thread_id: str | None = None) -> Checkpoint:

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -187,14 +187,20 @@ class FileCheckpointer(BaseCheckpointer):
             return dict(known)
 
     def _read_entry(self, path: Path) -> _Entry | None:
+        """The header of one checkpoint file, reading as little of it as possible."""
         try:
             with open(path, "rb") as f:
                 head = f.read(HEAD_BYTES)
                 obj = read_head(head)
-                if obj is None:  # a foreign key order or a huge header: parse the whole file
-                    rest = f.read()
+                if obj is None and len(head) == HEAD_BYTES:  # a large metadata object
+                    head += f.read(16 * HEAD_BYTES)
+                    obj = read_head(head)
+                if obj is not None and "metadata" not in obj:  # tulip's order: metadata is last
+                    obj["metadata"] = self._tail_metadata(f)
+                if obj is None or obj["metadata"] is None:  # anything else: parse the whole file
+                    f.seek(0)
                     try:
-                        obj = orjson.loads(head + rest)
+                        obj = orjson.loads(f.read())
                     except orjson.JSONDecodeError as e:
                         return _Bad(f"invalid JSON: {e}")
                     if not isinstance(obj, dict):
@@ -207,6 +213,22 @@ class FileCheckpointer(BaseCheckpointer):
             return info_from_head(obj, where=str(path))
         except CheckpointCorrupt as e:
             return _Bad(e.message)
+
+    @staticmethod
+    def _tail_metadata(f: BinaryIO) -> Any:
+        """The trailing ``"metadata": {...}}`` of a tulip-ordered envelope, or None if not found."""
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - 4 * HEAD_BYTES))
+        tail = f.read()
+        pos = tail.rfind(b'"metadata"')
+        if pos < 0:
+            return None
+        try:
+            obj = orjson.loads(b"{" + tail[pos:])
+        except orjson.JSONDecodeError:
+            return None
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        return meta if isinstance(meta, dict) else None
 
     def _infos(self, thread_id: str, directory: Path) -> list[tuple[str, CheckpointInfo]]:
         """(file name, info) of the thread's readable checkpoints, newest first."""
@@ -478,10 +500,7 @@ class FileCheckpointer(BaseCheckpointer):
         infos = await self.list_checkpoint_infos(thread_id, limit=10**9)
         for info in infos:
             if checkpoint_id is None or info.checkpoint_id == checkpoint_id:
-                if "parent_checkpoint_id" in info.metadata or info.metadata:
-                    return dict(info.metadata)
-                ckpt = await self.load_checkpoint(thread_id, info.checkpoint_id)  # tulip order: metadata last
-                return dict(ckpt.metadata) if ckpt else None
+                return dict(info.metadata)
         return None
 
     async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
