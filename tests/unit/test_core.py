@@ -99,6 +99,10 @@ def test_messages_are_frozen_and_cache_their_bytes() -> None:
     assert first is msg.json_bytes()
     assert orjson.loads(first) == orjson.loads(msg.model_dump_json())
     assert orjson.loads(first)["extra_key"] == [1]
+    assert msg == Message(role="user", content="hi", extra_key=[1])
+    changed = msg.model_copy(update={"content": "bye"})
+    assert orjson.loads(changed.json_bytes())["content"] == "bye"
+    assert msg.model_copy().json_bytes() == first
 
 
 def test_message_block_view_for_seed_002() -> None:

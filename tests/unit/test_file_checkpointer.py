@@ -187,8 +187,8 @@ async def test_message_bytes_are_reused_across_saves(tmp_path: Path) -> None:
     cp = FileCheckpointer(tmp_path)
     state = full_state()
     await cp.save(state, "t")
-    cached = [m._json for m in state.messages]
+    cached = [m.json_bytes() for m in state.messages]
     assert all(c is not None for c in cached)
     state.messages.append(Message.user("next"))
     await cp.save(state, "t")
-    assert all(a is m._json for a, m in zip(cached, state.messages, strict=False))
+    assert all(a is m.json_bytes() for a, m in zip(cached, state.messages, strict=False))

@@ -10,13 +10,18 @@ The JSON shape is tulip's (six keys: ``role``, ``content``, ``tool_calls``, ``to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
+import orjson
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 __all__ = ["Message", "Role", "ToolCall"]
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+_JSON_CACHE = "_tulip_nb_json"
+_JSON_RAW = "_tulip_nb_raw"  # the parsed JSON dict a fast-loaded message came from
 
 
 class ToolCall(BaseModel):
@@ -54,8 +59,6 @@ class Message(BaseModel):
     name: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
-    _json: bytes | None = PrivateAttr(default=None)
-
     # -- constructors -------------------------------------------------------------------------
     @classmethod
     def system(cls, content: str) -> Message:
@@ -75,12 +78,27 @@ class Message(BaseModel):
 
     # -- serialisation ------------------------------------------------------------------------
     def json_bytes(self) -> bytes:
-        """Compact JSON of this message, computed once and reused (messages are immutable)."""
-        cached = self._json
+        """Compact JSON of this message, computed once and reused (messages are immutable).
+
+        The bytes live in the instance ``__dict__`` under a key that is not a field, so equality,
+        ``model_dump`` and the serialiser ignore them; a pydantic private attribute would cost a
+        Python-level hook per message on every validation (loading a 2000-message thread 4x slower).
+        """
+        state = self.__dict__
+        cached: bytes | None = state.get(_JSON_CACHE)
         if cached is None:
-            cached = self.__pydantic_serializer__.to_json(self)
-            self._json = cached
+            raw = state.pop(_JSON_RAW, None)
+            cached = orjson.dumps(raw) if raw is not None else self.__pydantic_serializer__.to_json(self)
+            state[_JSON_CACHE] = cached
         return cached
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
+        """A copy; with ``update`` it is a different message, so its cached bytes are dropped."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            copy.__dict__.pop(_JSON_CACHE, None)
+            copy.__dict__.pop(_JSON_RAW, None)
+        return copy
 
     # -- block view (seed 002: ``msg["role"]``, ``msg["content"]`` as text blocks) -------------
     @property

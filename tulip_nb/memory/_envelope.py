@@ -17,14 +17,16 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from tulip_nb.core._time import AwareDatetime, iso_offset, parse_datetime
+from tulip_nb.core._fastload import messages_from_json
+from tulip_nb.core._time import iso_offset, parse_datetime
 from tulip_nb.core.errors import CheckpointCorrupt
 from tulip_nb.core.state import AgentState, state_json_parts
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 
 __all__ = [
+    "checkpoint_from_obj",
     "decode_envelope",
     "encode_envelope",
     "info_from_head",
@@ -34,19 +36,11 @@ __all__ = [
     "read_head",
     "search_hit",
     "search_state",
+    "state_from_obj",
 ]
 
 HEAD_BYTES = 4096
-
-
-class _Envelope(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    checkpoint_id: str
-    thread_id: str
-    created_at: AwareDatetime
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    state: AgentState
+_ENVELOPE_KEYS = frozenset(("checkpoint_id", "thread_id", "created_at", "metadata", "state"))
 
 
 def encode_envelope(
@@ -79,13 +73,39 @@ def encode_envelope(
 def decode_envelope(data: bytes, *, where: str, thread_id: str | None = None) -> Checkpoint:
     """Parse and validate an envelope; :class:`CheckpointCorrupt` naming ``where`` if it is not one."""
     try:
-        env = _Envelope.model_validate_json(data)
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise CheckpointCorrupt(f"invalid JSON: {e}", path=where, thread_id=thread_id) from e
+    if not isinstance(obj, dict):
+        raise CheckpointCorrupt("envelope is not a JSON object", path=where, thread_id=thread_id)
+    return checkpoint_from_obj(obj, where=where, thread_id=thread_id)
+
+
+def checkpoint_from_obj(obj: dict[str, Any], *, where: str, thread_id: str | None = None) -> Checkpoint:
+    """A :class:`Checkpoint` from a parsed envelope dict (which it may consume)."""
+    info = info_from_head(obj, where=where)
+    raw_state = obj.get("state")
+    if not isinstance(raw_state, dict):
+        raise CheckpointCorrupt("envelope has no state object", path=where, thread_id=thread_id)
+    return Checkpoint(
+        info.checkpoint_id,
+        info.thread_id,
+        info.created_at,
+        state_from_obj(raw_state, where=where, thread_id=thread_id),
+        info.metadata,
+        {k: v for k, v in obj.items() if k not in _ENVELOPE_KEYS},
+    )
+
+
+def state_from_obj(raw_state: dict[str, Any], *, where: str, thread_id: str | None = None) -> AgentState:
+    """Validate a parsed AgentState dict; messages take the fast path of ``core._fastload``."""
+    rest = {k: v for k, v in raw_state.items() if k != "messages"}
+    try:
+        state = AgentState.model_validate(rest)
+        state.messages = messages_from_json(raw_state.get("messages", []))
     except ValidationError as e:
-        raise CheckpointCorrupt(
-            f"not a valid checkpoint envelope: {_first_error(e)}", path=where, thread_id=thread_id
-        ) from e
-    extra = dict(env.__pydantic_extra__ or {})
-    return Checkpoint(env.checkpoint_id, env.thread_id, env.created_at, env.state, env.metadata, extra)
+        raise CheckpointCorrupt(f"invalid state: {_first_error(e)}", path=where, thread_id=thread_id) from e
+    return state
 
 
 def _first_error(e: ValidationError) -> str:

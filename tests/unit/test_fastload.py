@@ -1,0 +1,86 @@
+"""The fast message builder gives exactly what pydantic validation gives, or the same error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pydantic
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tulip_nb.core import Message
+from tulip_nb.core._fastload import messages_from_json
+
+json_scalar = st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.text(max_size=8))
+json_value = st.recursive(
+    json_scalar,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=6,
+)
+maybe_str = st.one_of(st.none(), st.text(max_size=10), st.integers(-5, 5))
+
+tool_call = st.fixed_dictionaries(
+    {"id": st.one_of(st.text(max_size=6), st.integers(-5, 5)), "name": st.text(max_size=6)},
+    optional={
+        "arguments": st.one_of(st.dictionaries(st.text(max_size=4), json_value, max_size=3), st.text(max_size=4)),
+        "malformed_arguments": maybe_str,
+        "args": st.dictionaries(st.text(max_size=4), json_value, max_size=2),
+        "extra": json_value,
+    },
+)
+message = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from(["system", "user", "assistant", "tool", "robot"]),
+        "content": maybe_str,
+        "tool_calls": st.one_of(st.lists(tool_call, max_size=2), st.none()),
+        "tool_call_id": maybe_str,
+        "name": maybe_str,
+        "metadata": st.one_of(st.dictionaries(st.text(max_size=4), json_value, max_size=3), st.none()),
+        "future": json_value,
+    },
+)
+
+
+def slow(raw: Any) -> Message | Exception:
+    try:
+        return Message.model_validate(raw)
+    except pydantic.ValidationError as e:
+        return e
+
+
+@settings(max_examples=400, deadline=None)
+@given(message)
+def test_fast_path_equals_pydantic(raw: dict[str, Any]) -> None:
+    expected = slow(orjson.loads(orjson.dumps(raw)))
+    try:
+        got: Message | Exception = messages_from_json([raw])[0]
+    except pydantic.ValidationError as e:
+        got = e
+    if isinstance(expected, Exception):
+        assert isinstance(got, pydantic.ValidationError)
+        assert [err["loc"][2:] for err in got.errors()] == [err["loc"] for err in expected.errors()]
+        return
+    assert isinstance(got, Message)
+    assert got == expected
+    assert got.model_extra == expected.model_extra
+    assert got.model_fields_set == expected.model_fields_set
+    assert orjson.loads(got.json_bytes()) == orjson.loads(expected.json_bytes())
+    assert got.model_dump() == expected.model_dump()
+
+
+def test_typical_messages_take_the_fast_path() -> None:
+    raw = {"role": "tool", "content": "x", "tool_calls": [], "tool_call_id": "c", "name": "f", "metadata": {}}
+    [msg] = messages_from_json([raw])
+    assert msg.json_bytes() == orjson.dumps(raw)
+    changed = msg.model_copy(update={"content": "y"})
+    assert orjson.loads(changed.json_bytes())["content"] == "y"
+
+
+def test_errors_name_the_message_index() -> None:
+    good = {"role": "user", "content": "hi"}
+    with pytest.raises(pydantic.ValidationError) as err:
+        messages_from_json([good, good, {"role": "user", "content": 5}])
+    assert err.value.errors()[0]["loc"] == ("messages", 2, "content")
