@@ -20,20 +20,29 @@ How the agent drives a manager:
 from __future__ import annotations
 
 from abc import ABC
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
+from tulip_nb.memory._events import EVENTS_KEY, STATE_KEY, make_event
+from tulip_nb.memory._history import Plan, fingerprint, render, units
 
 if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
+    from tulip_nb.tokens import TokenCounter
 
-__all__ = ["EVENTS_KEY", "STATE_KEY", "ConversationManager", "NullConversationManager", "NullManager"]
-
-STATE_KEY = "tulip_nb_manager_state"
-"""``state.metadata`` key holding the manager's own state (``get_state()``) for this thread."""
-
-EVENTS_KEY = "tulip_nb_compaction_events"
-"""``state.metadata`` key holding the list of compaction events recorded for this thread."""
+__all__ = [
+    "EVENTS_KEY",
+    "STATE_KEY",
+    "ConversationManager",
+    "NullConversationManager",
+    "NullManager",
+    "PlanningManager",
+    "SlidingWindowConversationManager",
+    "SlidingWindowManager",
+    "default_manager",
+]
 
 
 class ConversationManager(ABC):  # noqa: B024 - every method has a usable default
@@ -53,17 +62,17 @@ class ConversationManager(ABC):  # noqa: B024 - every method has a usable defaul
         """Async :meth:`apply`; may call a summariser and record events in ``state.metadata``."""
         return self.apply(messages, tools=tools)
 
-    def apply_management(self, agent: Any) -> None:
+    def apply_management(self, agent: Any) -> None:  # noqa: B027
         """Called after each turn with the agent (``agent.messages`` is the history)."""
 
-    def reduce_context(self, agent: Any, e: BaseException | None = None) -> None:
+    def reduce_context(self, agent: Any, e: BaseException | None = None) -> None:  # noqa: B027
         """Called when the model reports a context overflow; make the next request smaller."""
 
     def get_state(self) -> dict[str, Any]:
         """This manager's state for the thread (JSON-serialisable)."""
         return {}
 
-    def restore_from_session(self, state: dict[str, Any]) -> None:
+    def restore_from_session(self, state: dict[str, Any]) -> None:  # noqa: B027
         """Restore what :meth:`get_state` returned, after a thread is loaded."""
 
     def clone_for_spawn(self) -> ConversationManager:
@@ -79,6 +88,241 @@ class NullManager(ConversationManager):
 
 
 NullConversationManager = NullManager
+
+
+class PlanningManager(ConversationManager):
+    """Base of the built-in managers: a plan kept per thread, token accounting, events, overflow.
+
+    A subclass decides, for a history, a :class:`~tulip_nb.memory._history.Plan` (what the model
+    sees of it) in :meth:`_view` / :meth:`_aview`; this class keeps the current plan in the
+    manager's state (so it is saved with the thread and survives a restart), counts tokens with a
+    shared per-message cache, and records an event each time the view is changed.
+
+    ``token_counter`` is a :class:`~tulip_nb.tokens.TokenCounter`, or any ``Message -> int``
+    function (tulip's ``token_counter=``); by default the shared exact counter for ``model``'s
+    encoding (``o200k_base`` when no model is given).
+    """
+
+    def __init__(
+        self,
+        *,
+        token_counter: TokenCounter | Callable[[Message], int] | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.token_counter = token_counter
+        self.model = model
+        self._counter: TokenCounter | None = None
+        self._plan: Plan | None = None
+        self._overflows = 0
+        self._overflow_limit: int | None = None
+        self._reduce_pending = False
+        self._pending_events: list[dict[str, Any]] = []
+        self.last_event: dict[str, Any] | None = None
+        """The newest event this instance recorded (also in the thread's metadata)."""
+        self.last_view_tokens: int | None = None
+        """Prompt tokens of the last view returned (when it was counted)."""
+
+    # -- tokens ------------------------------------------------------------------------------
+    @property
+    def counter(self) -> TokenCounter:
+        """The token counter in use (resolved on first use; tiktoken loads lazily)."""
+        if self._counter is None:
+            from tulip_nb import tokens
+
+            arg = self.token_counter
+            if arg is None:
+                self._counter = tokens.get_counter(self.model)
+            elif isinstance(arg, tokens.TokenCounter):
+                self._counter = arg
+            elif callable(arg):
+                self._counter = tokens.FunctionCounter(arg)
+            else:
+                raise UserError(f"token_counter must be a TokenCounter or a function, not {arg!r}")
+        return self._counter
+
+    # -- plan & events -----------------------------------------------------------------------
+    def _current_plan(self, messages: Sequence[Message]) -> Plan | None:
+        plan = self._plan
+        if plan is not None and not plan.matches(messages):
+            # The history is not the one the plan was made on (reset, another thread): start over.
+            self._plan = plan = None
+        return plan
+
+    def _record(
+        self,
+        state: AgentState | None,
+        trigger: str,
+        plan: Plan,
+        messages: Sequence[Message],
+        tokens_before: int,
+        tokens_after: int,
+    ) -> None:
+        counter = self.counter
+        event = make_event(
+            manager=type(self).__name__,
+            trigger=trigger,
+            plan=plan,
+            messages=messages,
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            encoding=counter.encoding,
+            exact=counter.exact,
+            iteration=state.iteration if state is not None else None,
+        )
+        self.last_event = event
+        self._pending_events.append(event)
+        self._flush(state)
+
+    def _flush(self, state: AgentState | None) -> None:
+        """Write events recorded without a state (sync :meth:`apply`) and our state into ``state``."""
+        if state is None:
+            return
+        if self._pending_events:
+            state.metadata.setdefault(EVENTS_KEY, []).extend(self._pending_events)
+            self._pending_events = []
+        state.metadata[STATE_KEY] = self.get_state()
+
+    # -- the contract ------------------------------------------------------------------------
+    def _view(
+        self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None, state: AgentState | None
+    ) -> list[Message]:
+        raise NotImplementedError
+
+    async def _aview(
+        self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None, state: AgentState | None
+    ) -> list[Message]:
+        return self._view(messages, tools, state)
+
+    def apply(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> list[Message]:
+        """The view for one request (never calls a summariser; events wait for the next ``aapply``)."""
+        return self._view(list(messages), tools, None)
+
+    async def aapply(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        state: AgentState | None = None,
+    ) -> list[Message]:
+        """The view for one request; records events and this manager's state in ``state.metadata``."""
+        self._flush(state)
+        return await self._aview(list(messages), tools, state)
+
+    def reduce_context(self, agent: Any, e: BaseException | None = None) -> None:
+        """The model reported a context overflow: the next view is cut harder (history is kept).
+
+        The last view's size is a known upper bound of the real window: token budgets are capped
+        at 70 % of it for this thread (``overflow_limit`` in the manager's state).
+        """
+        self._overflows += 1
+        self._reduce_pending = True
+        if self.last_view_tokens:
+            limit = int(self.last_view_tokens * 0.7)
+            self._overflow_limit = min(limit, self._overflow_limit or limit)
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "v": 1,
+            "manager": type(self).__name__,
+            "plan": self._plan.to_json() if self._plan is not None else None,
+            "overflows": self._overflows,
+            "overflow_limit": self._overflow_limit,
+        }
+
+    def restore_from_session(self, state: dict[str, Any]) -> None:
+        plan = (state or {}).get("plan")
+        self._plan = Plan.from_json(plan) if plan else None
+        self._overflows = int((state or {}).get("overflows", 0))
+        limit = (state or {}).get("overflow_limit")
+        self._overflow_limit = int(limit) if limit else None
+        self._reduce_pending = False
+
+
+class SlidingWindowManager(PlanningManager):
+    """Keep the system prompt and the most recent ``window_size`` messages (seed 000 / 002).
+
+    The cut never splits a tool call from its results (it moves forward to the next whole unit),
+    and the view keeps at least one user message: when the window holds none, the latest user
+    message is shown just before it. A context overflow halves the window for this thread.
+
+    >>> m = SlidingWindowManager(window_size=2, token_counter=lambda msg: 1)
+    >>> [x.content for x in m.apply([Message.system("s"), Message.user("a"),
+    ...                              Message.assistant("b"), Message.user("c"), Message.assistant("d")])]
+    ['s', 'c', 'd']
+    """
+
+    def __init__(
+        self,
+        window_size: int = 40,
+        *,
+        token_counter: TokenCounter | Callable[[Message], int] | None = None,
+        model: str | None = None,
+    ) -> None:
+        if window_size < 1:
+            raise UserError(f"window_size must be at least 1, got {window_size}")
+        super().__init__(token_counter=token_counter, model=model)
+        self.window_size = window_size
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(window_size={self.window_size})"
+
+    def effective_window(self) -> int:
+        """``window_size``, halved once per context overflow reported on this thread."""
+        return max(1, self.window_size >> self._overflows)
+
+    def plan_for(self, messages: Sequence[Message]) -> Plan | None:
+        """The window's plan for ``messages`` (``None`` when everything fits)."""
+        n = len(messages)
+        body = 1 if n and messages[0].role == "system" else 0
+        window = self.effective_window()
+        if n - body <= window:
+            return None
+        unit_list = units(messages, body)
+        cut = n - window
+        starts = [s for s, _ in unit_list]
+        # First unit starting at or after the nominal cut; at least the last unit is kept.
+        cut = next((s for s in starts if s >= cut), starts[-1])
+        kept = [(0, body)] if body else []
+        if not any(messages[i].role == "user" for i in range(cut, n)):
+            user = next((s for s in reversed(starts) if s < cut and messages[s].role == "user"), None)
+            if user is not None:
+                kept.append((user, next(e for s, e in unit_list if s == user)))
+        kept.append((cut, n))
+        return Plan(n=n, fp=fingerprint(messages, n), kept=kept)
+
+    def _view(
+        self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None, state: AgentState | None
+    ) -> list[Message]:
+        plan = self.plan_for(messages)
+        trigger = "overflow" if self._reduce_pending else "window"
+        self._reduce_pending = False
+        self._plan = plan
+        if plan is None:
+            self.last_view_tokens = None
+            return messages
+        view = render(plan, messages)
+        counter = self.counter
+        before = counter.count_request(messages, tools)
+        after = counter.count_request(view, tools)
+        self.last_view_tokens = after
+        self._record(state, trigger, plan, messages, before, after)
+        return view
+
+    def clone_for_spawn(self) -> SlidingWindowManager:
+        return type(self)(window_size=self.window_size, token_counter=self.token_counter, model=self.model)
+
+
+class SlidingWindowConversationManager(SlidingWindowManager):
+    """Seed 002's name for :class:`SlidingWindowManager`, with its default ``window_size=20``."""
+
+    def __init__(
+        self,
+        window_size: int = 20,
+        *,
+        token_counter: TokenCounter | Callable[[Message], int] | None = None,
+        model: str | None = None,
+    ) -> None:
+        super().__init__(window_size, token_counter=token_counter, model=model)
 
 
 def default_manager(context_window: int | None, max_iterations: int = 20) -> ConversationManager:
