@@ -6,6 +6,7 @@ imported by ``import tulip_nb``.
 
 from __future__ import annotations
 
+from tulip_nb.agent import Agent, AgentResult, Interrupt, tool
 from tulip_nb.core import (
     AgentState,
     BackendUnavailable,
@@ -28,6 +29,8 @@ from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
+    "AgentResult",
     "AgentState",
     "BackendUnavailable",
     "BaseCheckpointer",
@@ -40,6 +43,7 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointNotFound",
     "FileCheckpointer",
+    "Interrupt",
     "InvalidThreadId",
     "MemoryCheckpointer",
     "Message",
@@ -49,4 +53,5 @@ __all__ = [
     "TulipNBError",
     "UserError",
     "__version__",
+    "tool",
 ]

@@ -1,0 +1,48 @@
+"""tulip_nb.agent: the Agent (run / run_sync / resume / iterate / fork) and what it returns.
+
+::
+
+    from tulip_nb.agent import Agent
+    from tulip_nb.models import ScriptedModel, text
+
+    agent = Agent(model=ScriptedModel([text("Hello!")]))
+    agent("Hi").text            # 'Hello!'
+
+See :mod:`tulip_nb.agent.agent` for the run loop and save semantics, :mod:`tulip_nb.agent.events`
+for hooks, :mod:`tulip_nb.tools` for tools and interrupts.
+"""
+
+from __future__ import annotations
+
+from tulip_nb.agent._sync import run_sync
+from tulip_nb.agent.agent import Agent, AgentBase
+from tulip_nb.agent.errors import AgentError, NotACheckpointer, NothingToResume, ResumeNeedsResponse
+from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, IterationDone, ModelCall, ToolCalled
+from tulip_nb.agent.result import AgentResult, PendingInterrupt, Step, StopReason
+from tulip_nb.memory.managers import ConversationManager, NullConversationManager, NullManager
+from tulip_nb.tools import Interrupt, Tool, tool
+
+__all__ = [
+    "Agent",
+    "AgentBase",
+    "AgentError",
+    "AgentResult",
+    "CheckpointLoaded",
+    "CheckpointSaved",
+    "ConversationManager",
+    "Interrupt",
+    "IterationDone",
+    "ModelCall",
+    "NotACheckpointer",
+    "NothingToResume",
+    "NullConversationManager",
+    "NullManager",
+    "PendingInterrupt",
+    "ResumeNeedsResponse",
+    "Step",
+    "StopReason",
+    "Tool",
+    "ToolCalled",
+    "run_sync",
+    "tool",
+]

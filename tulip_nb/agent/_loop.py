@@ -1,0 +1,330 @@
+"""The Think -> Execute loop for one turn, one iteration at a time.
+
+:class:`TurnRunner` owns the working :class:`AgentState` of one turn (or of a resumed turn) and
+advances it with :meth:`TurnRunner.iteration`; the agent wraps it into ``run``, ``iterate`` and
+``resume``. The runner makes every save itself, so a :class:`Step` carries the id of the save that
+ended it.
+
+Rules it implements (seed 000 and FORMATS.md):
+
+- Think sends the conversation manager's *view* of ``state.messages``; the full history is kept.
+- Execute runs the requested calls in order. An exception, unknown tool, invalid JSON or invalid
+  arguments becomes the result ``"Error: <Type>: <msg>"`` plus a ToolExecution with ``error``.
+- ``idempotent`` tools called again with the same arguments return the recorded result.
+- A tool raising :class:`~tulip_nb.tools.Interrupt` stops the turn: state saved, question pending.
+- Stop when the model answers without tool calls, a terminal tool ran, or ``max_iterations``.
+- With ``every=N``, save after every N-th iteration that executed tools (ids recorded in
+  ``state.metadata["_tulip_iteration_checkpoints"]``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from tulip_nb.agent._turn import (
+    ITER_KEY,
+    RUN_KEY,
+    execution,
+    find_idempotent_result,
+    pending_calls,
+    render_result,
+    run_info,
+)
+from tulip_nb.agent.errors import ResumeNeedsResponse
+from tulip_nb.agent.events import CheckpointSaved, IterationDone, ModelCall, ToolCalled, emit
+from tulip_nb.agent.result import PendingInterrupt, Step, StopReason
+from tulip_nb.core._time import utcnow
+from tulip_nb.core.messages import Message, ToolCall
+from tulip_nb.core.state import AgentState, ReasoningStep, ToolExecution
+from tulip_nb.memory.checkpointer import new_checkpoint_id
+from tulip_nb.memory.managers import STATE_KEY
+from tulip_nb.models.base import ContextWindowExceeded, ModelError, Usage
+from tulip_nb.tools import Interrupt, ToolArgumentsInvalid, ToolNotFound
+
+if TYPE_CHECKING:
+    from tulip_nb.agent.agent import Agent
+
+__all__ = ["TurnRunner", "snapshot"]
+
+
+def snapshot(state: AgentState) -> AgentState:
+    """An independent copy of ``state`` (lists and metadata copied; messages are immutable)."""
+    return state.model_copy(
+        update={
+            "messages": list(state.messages),
+            "tool_executions": list(state.tool_executions),
+            "reasoning_steps": list(state.reasoning_steps),
+            "tool_history": list(state.tool_history),
+            "errors": list(state.errors),
+            "metadata": {
+                k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
+                for k, v in state.metadata.items()
+            },
+        }
+    )
+
+
+def _elapsed_ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
+
+
+class TurnRunner:
+    """Advances one turn of one thread; see the module docstring."""
+
+    def __init__(self, agent: Agent, state: AgentState, thread_id: str | None, *, every: int | None) -> None:
+        self.agent = agent
+        self.state = state
+        self.thread_id = thread_id
+        self.every = every
+        self.usage = Usage()
+        self.executions: list[ToolExecution] = []
+        self.checkpoint_id: str | None = None
+        self.stop_reason: StopReason | None = None
+        self.interrupt: PendingInterrupt | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    # -- saving ---------------------------------------------------------------------------------
+    def _set_status(self, status: str, **extra: Any) -> None:
+        self.state.metadata[RUN_KEY] = {"status": status, "run_id": self.state.run_id, **extra}
+
+    async def save(self, kind: str) -> str | None:
+        """Save the working state (if the agent has a checkpointer and this run a thread id)."""
+        state = self.state
+        manager_state = self.agent.conversation_manager.get_state()
+        if manager_state or STATE_KEY in state.metadata:
+            state.metadata[STATE_KEY] = manager_state
+        state.updated_at = utcnow()
+        cp = self.agent.checkpointer
+        if cp is None or self.thread_id is None:
+            return None
+        cid = new_checkpoint_id()
+        if kind == "iteration":
+            state.metadata[ITER_KEY] = [*state.metadata.get(ITER_KEY, []), cid]
+        meta = {"source": kind, "run_id": state.run_id, "iteration": state.iteration}
+        cid = await cp.save(state, self.thread_id, cid, meta)
+        self.checkpoint_id = cid
+        await emit(
+            self.agent.hooks,
+            "on_checkpoint_saved",
+            CheckpointSaved(self.thread_id, cid, kind, state.iteration, len(state.messages)),
+        )
+        return cid
+
+    async def _finish(self) -> str | None:
+        """The turn is over: let the manager see it (its state is saved with the thread), then save."""
+        self.agent.conversation_manager.apply_management(self.agent)
+        self._set_status("complete", stop_reason=self.stop_reason)
+        return await self.save("final")
+
+    async def fail(self, error: BaseException) -> None:
+        """Record ``error`` in the state and save it (the run is about to raise)."""
+        self.state.errors = [*self.state.errors, f"{type(error).__name__}: {error}"]
+        self.stop_reason = "error"
+        self._set_status("error", error=f"{type(error).__name__}: {error}")
+        try:
+            await self.save("error")
+        except Exception as save_error:
+            error.add_note(f"tulip_nb: saving the failed run also failed: {save_error!r}")
+
+    async def stop_early(self) -> None:
+        """The caller stopped stepping: save so ``resume(thread_id=...)`` continues from here."""
+        if not self.done:
+            await self.save("stopped")
+
+    # -- resume ---------------------------------------------------------------------------------
+    async def answer_interrupt(self, response: Any) -> None:
+        """Answer the pending interrupted call with ``response`` (the human's answer)."""
+        info = run_info(self.state)
+        data = info.get("pending")
+        if not isinstance(data, dict):
+            raise ResumeNeedsResponse("nothing is pending an answer in this thread", thread_id=self.thread_id)
+        pending = PendingInterrupt.from_dict(data)
+        open_ids = {c.id for c in pending_calls(self.state.messages)}
+        if pending.tool_call_id not in open_ids:
+            raise ResumeNeedsResponse("the interrupted call is no longer open in this thread", thread_id=self.thread_id)
+        content = render_result(response)
+        self.state.messages.append(Message.tool(content, tool_call_id=pending.tool_call_id, name=pending.tool_name))
+        ex = execution(pending.tool_name, pending.tool_call_id, pending.arguments, result=response)
+        self._record(ex)
+        self._set_status("running")
+
+    async def finish_batch(self, *, force: bool = False) -> Step | None:
+        """Run the calls of the last assistant message still without results (after a resume).
+
+        Returns the completed iteration's step, or None when there was nothing to finish
+        (``force`` finishes the iteration even when the only open call was just answered).
+        """
+        calls = pending_calls(self.state.messages)
+        last = next((m for m in reversed(self.state.messages) if m.role == "assistant"), None)
+        if last is None or not last.tool_calls or (not calls and not force):
+            return None
+        await self._execute(calls)
+        return await self._end_iteration(last, (), Usage(), resumed=True)
+
+    # -- one iteration --------------------------------------------------------------------------
+    async def iteration(self) -> Step | None:
+        """Think once and execute the requested tools; None if the turn is already over."""
+        state = self.state
+        if self.done:
+            return None
+        if state.iteration >= state.max_iterations:
+            self.stop_reason = "max_iterations"
+            await self._finish()
+            return None
+        state.iteration += 1
+        agent = self.agent
+        schemas = agent.tool_schemas
+        manager = agent.conversation_manager
+        view = await manager.aapply(list(state.messages), tools=schemas, state=state)
+        t0 = time.perf_counter()
+        try:
+            response = await agent.model.complete(view, schemas)
+        except ContextWindowExceeded as e:
+            manager.reduce_context(agent, e)
+            view = await manager.aapply(list(state.messages), tools=schemas, state=state)
+            t0 = time.perf_counter()
+            response = await agent.model.complete(view, schemas)
+        duration = _elapsed_ms(t0)
+        message = response.message
+        if message.role != "assistant":
+            raise ModelError(f"model answered with a {message.role!r} message, expected 'assistant'")
+        state.messages.append(message)
+        self._count(response.usage)
+        if response.provider_state is not None:
+            state.provider_state = response.provider_state
+        await emit(
+            agent.hooks,
+            "on_model_call",
+            ModelCall(self.thread_id, state.iteration, tuple(view), message, response.usage, duration),
+        )
+        if message.tool_calls:
+            await self._execute(message.tool_calls)
+        return await self._end_iteration(message, tuple(view), response.usage, resumed=False)
+
+    async def _end_iteration(
+        self, message: Message, request: tuple[Message, ...], usage: Usage, *, resumed: bool
+    ) -> Step:
+        state = self.state
+        ids = {c.id for c in message.tool_calls}
+        results = tuple(ex for ex in state.tool_executions if ex.tool_call_id in ids)
+        if message.tool_calls and not self.interrupt:
+            state.reasoning_steps.append(
+                ReasoningStep(
+                    iteration=state.iteration,
+                    thought=message.content,
+                    tool_calls=list(message.tool_calls),
+                    tool_results=list(results),
+                )
+            )
+        terminal = set(state.terminal_tools) & set(self.agent.tools_by_name)
+        cid: str | None = None
+        if self.interrupt is not None:
+            self._set_status("interrupted", pending=self.interrupt.to_dict())
+            cid = await self.save("interrupt")
+        elif not message.tool_calls:
+            self.stop_reason = "complete"
+        elif any(c.name in terminal for c in message.tool_calls):
+            self.stop_reason = "terminal_tool"
+        elif state.iteration >= state.max_iterations:
+            self.stop_reason = "max_iterations"
+        if self.stop_reason is not None and self.stop_reason != "interrupted":
+            cid = await self._finish()
+        elif cid is None and self._iteration_save_due(message, resumed):
+            cid = await self.save("iteration")
+        await emit(
+            self.agent.hooks,
+            "on_iteration",
+            IterationDone(self.thread_id, state.iteration, message, results, cid),
+        )
+        return Step(
+            iteration=state.iteration,
+            request=request,
+            tools=tuple(self.agent.tool_schemas),
+            response=message,
+            usage=usage,
+            tool_results=results,
+            state=snapshot(state),
+            checkpoint_id=cid,
+            stop_reason=self.stop_reason,
+            interrupt=self.interrupt,
+        )
+
+    def _iteration_save_due(self, message: Message, resumed: bool) -> bool:
+        """Every N-th iteration that executed tools, in a run (a resume saves only at its end)."""
+        if not self.every or resumed or not message.tool_calls:
+            return False
+        return len(self.state.reasoning_steps) % self.every == 0
+
+    def _count(self, usage: Usage) -> None:
+        s = self.state
+        s.prompt_tokens_used += usage.prompt_tokens
+        s.completion_tokens_used += usage.completion_tokens
+        s.total_tokens_used += usage.total_tokens or usage.prompt_tokens + usage.completion_tokens
+        s.cached_tokens_used += usage.cached_tokens
+        self.usage = self.usage + usage
+
+    # -- execute --------------------------------------------------------------------------------
+    def _record(self, ex: ToolExecution) -> None:
+        self.state.tool_executions.append(ex)
+        self.state.tool_history.append(ex.tool_name)
+        self.executions.append(ex)
+
+    async def _execute(self, calls: list[ToolCall]) -> None:
+        for call in calls:
+            try:
+                await self._call_one(call)
+            except Interrupt as intr:
+                self.stop_reason = "interrupted"
+                payload = intr.payload
+                try:
+                    render_result(payload)
+                except TypeError:
+                    payload = repr(payload)
+                self.interrupt = PendingInterrupt(intr.question, call.name, call.id, dict(call.arguments), payload)
+                return
+
+    async def _call_one(self, call: ToolCall) -> None:
+        state = self.state
+        tool = self.agent.tools_by_name.get(call.name)
+        t0 = time.perf_counter()
+        result: Any = None
+        error: str | None = None
+        cache_hit = False
+        try:
+            if call.malformed_arguments is not None:
+                raise ToolArgumentsInvalid(
+                    f"arguments for {call.name} are not valid JSON: {call.malformed_arguments[:200]!r}"
+                )
+            if tool is None:
+                names = ", ".join(sorted(self.agent.tools_by_name)) or "none"
+                raise ToolNotFound(f"no tool named {call.name!r} (available: {names})")
+            if tool.idempotent:
+                cache_hit, result = find_idempotent_result(state, call.name, call.arguments)
+            if not cache_hit:
+                result = await tool.invoke(call.arguments)
+        except Interrupt:
+            raise
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+        duration = _elapsed_ms(t0)
+        content = f"Error: {error}" if error is not None else render_result(result)
+        state.messages.append(Message.tool(content, tool_call_id=call.id, name=call.name))
+        ex = execution(
+            call.name,
+            call.id,
+            dict(call.arguments),
+            result=result,
+            error=error,
+            duration_ms=duration,
+            cache_hit=cache_hit,
+        )
+        self._record(ex)
+        await emit(
+            self.agent.hooks,
+            "on_tool_call",
+            ToolCalled(self.thread_id, state.iteration, call, ex.result, error, cache_hit, duration),
+        )

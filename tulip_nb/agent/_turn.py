@@ -1,0 +1,228 @@
+"""Pure state transitions of a turn: start it, close dangling calls, find idempotent results.
+
+Kept apart from the loop so every rule the tulip format implies is one small, testable function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from tulip_nb.core._time import utcnow
+from tulip_nb.core.messages import Message
+from tulip_nb.core.state import AgentState, ToolExecution
+
+__all__ = [
+    "ITER_KEY",
+    "PER_TURN_FIELDS",
+    "RUN_KEY",
+    "canonical_args",
+    "close_unanswered_calls",
+    "coerce_messages",
+    "find_idempotent_result",
+    "pending_calls",
+    "render_result",
+    "run_info",
+    "start_turn",
+]
+
+RUN_KEY = "_tulip_nb_run"
+"""``state.metadata`` key: this turn's status (``running``/``interrupted``/``complete``/``error``/...)
+and, when interrupted, the pending question. What ``resume()`` reads."""
+
+ITER_KEY = "_tulip_iteration_checkpoints"
+"""``state.metadata`` key tulip reserves for the ids of this turn's mid-turn (iteration) saves."""
+
+PER_TURN_FIELDS: tuple[str, ...] = (
+    "iteration",
+    "tool_executions",
+    "reasoning_steps",
+    "confidence",
+    "confidence_history",
+    "tool_history",
+    "tool_loop_warnings",
+    "total_tokens_used",
+    "prompt_tokens_used",
+    "completion_tokens_used",
+    "cache_creation_tokens_used",
+    "cache_read_tokens_used",
+    "cached_tokens_used",
+    "cache_write_tokens_used",
+    "reported_cost_usd",
+    "reported_cost_calls",
+    "cost_usd_used",
+    "errors",
+)
+"""Fields that describe the last turn only; a new turn starts them from their defaults."""
+
+OUTCOME_UNKNOWN = (
+    "Error: OutcomeUnknown: the run stopped before this call returned; it may or may not have "
+    "taken effect. Check before calling it again."
+)
+
+
+def run_info(state: AgentState) -> dict[str, Any]:
+    """The turn status record (empty for a thread saved by another SDK)."""
+    info = state.metadata.get(RUN_KEY)
+    return dict(info) if isinstance(info, dict) else {}
+
+
+def coerce_messages(items: Iterable[Any]) -> list[Message]:
+    """Messages from Message objects or dicts (``content`` as text or ``[{"text": ...}]`` blocks)."""
+    out = []
+    for item in items:
+        if isinstance(item, Message):
+            out.append(item)
+            continue
+        data = dict(item)
+        content = data.get("content")
+        if isinstance(content, list):
+            data["content"] = "".join(b.get("text", "") for b in content if isinstance(b, dict)) or None
+        out.append(Message.model_validate(data))
+    return out
+
+
+def close_unanswered_calls(messages: list[Message]) -> list[Message]:
+    """Answer every tool call that has no result with an "outcome unknown" error result.
+
+    A provider rejects a conversation with a dangling call, and a killed run leaves one; the result
+    goes right after the call's other results so the block stays contiguous.
+    """
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    if all(c.id in answered for m in messages for c in m.tool_calls):
+        return list(messages)
+    out: list[Message] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        out.append(m)
+        i += 1
+        if m.role != "assistant" or not m.tool_calls:
+            continue
+        while i < len(messages) and messages[i].role == "tool":
+            out.append(messages[i])
+            i += 1
+        for call in m.tool_calls:
+            if call.id not in answered:
+                out.append(Message.tool(OUTCOME_UNKNOWN, tool_call_id=call.id, name=call.name))
+                answered.add(call.id)
+    return out
+
+
+def pending_calls(messages: list[Message]) -> list[Any]:
+    """Tool calls of the last assistant message that have no result yet."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.role == "assistant":
+            answered = {t.tool_call_id for t in messages[i + 1 :] if t.role == "tool"}
+            return [c for c in m.tool_calls if c.id not in answered]
+    return []
+
+
+def _default(name: str) -> Any:
+    return AgentState.model_fields[name].get_default(call_default_factory=True)
+
+
+def start_turn(
+    existing: AgentState | None,
+    prompt: str,
+    *,
+    system_prompt: str | None,
+    metadata: dict[str, Any] | None,
+    agent_id: str | None,
+    max_iterations: int,
+) -> AgentState:
+    """The state a new turn starts from.
+
+    Keeps the history (dangling calls answered), ``metadata`` (merged with the new keys),
+    ``provider_state`` and anything unknown; resets the per-turn fields; puts the current system
+    prompt first; appends the user's prompt.
+    """
+    now = utcnow()
+    messages = close_unanswered_calls(existing.messages) if existing else []
+    if system_prompt is not None:
+        system = Message.system(system_prompt)
+        if messages and messages[0].role == "system":
+            if messages[0].content != system_prompt:
+                messages[0] = system
+        else:
+            messages.insert(0, system)
+    messages.append(Message.user(prompt))
+    merged = {**(existing.metadata if existing else {}), **(metadata or {})}
+    merged.pop(ITER_KEY, None)  # the ids of the previous turn's mid-turn saves
+    base = existing if existing is not None else AgentState()
+    update: dict[str, Any] = {name: _default(name) for name in PER_TURN_FIELDS}
+    update.update(
+        run_id=_default("run_id"),
+        messages=messages,
+        metadata=merged,
+        max_iterations=max_iterations,
+        started_at=now,
+        updated_at=now,
+    )
+    if agent_id is not None:
+        update["agent_id"] = agent_id
+    state = base.model_copy(update=update)
+    state.metadata[RUN_KEY] = {"status": "running", "run_id": state.run_id}
+    return state
+
+
+def canonical_args(arguments: dict[str, Any]) -> bytes:
+    return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
+
+
+def render_result(result: Any) -> str:
+    """A tool's return value as the tool message text (str as is, anything else as JSON)."""
+    if isinstance(result, str):
+        return result
+    return orjson.dumps(result, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def find_idempotent_result(state: AgentState, tool_name: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
+    """``(True, result)`` if ``tool_name(arguments)`` already succeeded in this thread.
+
+    Looks in this turn's executions first (also those restored from an iteration checkpoint
+    after a crash), then in the history of earlier turns (the tool message text).
+    """
+    key = canonical_args(arguments)
+    for ex in reversed(state.tool_executions):
+        if ex.tool_name == tool_name and ex.error is None and canonical_args(ex.arguments) == key:
+            return True, ex.result
+    results: dict[str, Message] = {}
+    for m in state.messages:
+        if m.role == "tool" and m.tool_call_id and m.tool_call_id not in results:
+            results[m.tool_call_id] = m
+    for m in reversed(state.messages):
+        for call in m.tool_calls:
+            if call.name != tool_name or call.malformed_arguments is not None:
+                continue
+            answer = results.get(call.id)
+            if answer is None or (answer.content or "").startswith("Error:"):
+                continue
+            if canonical_args(call.arguments) == key:
+                return True, answer.content
+    return False, None
+
+
+def execution(
+    tool_name: str,
+    call_id: str,
+    arguments: dict[str, Any],
+    *,
+    result: Any = None,
+    error: str | None = None,
+    duration_ms: float = 0.0,
+    cache_hit: bool = False,
+) -> ToolExecution:
+    """A ToolExecution as tulip stores it: ``result`` is the text the model read (None on error)."""
+    return ToolExecution(
+        tool_name=tool_name,
+        tool_call_id=call_id,
+        arguments=arguments,
+        result=None if error is not None else render_result(result),
+        error=error,
+        duration_ms=duration_ms,
+        idempotent_cache_hit=cache_hit,
+    )

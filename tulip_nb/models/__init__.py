@@ -1,0 +1,63 @@
+"""tulip_nb.models: the model protocol and the models that ship with tulip_nb.
+
+- :class:`ScriptedModel` — offline, from a list of answers or a function (tests, notebooks, Binder);
+- :class:`ReplayModel` — serves a saved thread's answers and reports where a replay diverges;
+- ``"openai:<model>"`` / :class:`tulip_nb.models.openai.OpenAIModel` — the official ``openai``
+  client (imported only when used; ``pip install 'tulip_nb[openai]'``);
+- :mod:`tulip_nb.models.metadata` — context windows (``register_metadata`` / ``metadata_for``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tulip_nb.core.errors import UserError
+from tulip_nb.models.base import (
+    ContextWindowExceeded,
+    Model,
+    ModelError,
+    ModelHTTPError,
+    ModelResponse,
+    Usage,
+)
+from tulip_nb.models.metadata import ModelMetadata, metadata_for, register_metadata
+from tulip_nb.models.replay import Divergence, ReplayDiverged, ReplayModel
+from tulip_nb.models.scripted import ScriptedModel, text, tool_call, tool_calls
+
+__all__ = [
+    "ContextWindowExceeded",
+    "Divergence",
+    "Model",
+    "ModelError",
+    "ModelHTTPError",
+    "ModelMetadata",
+    "ModelResponse",
+    "ReplayDiverged",
+    "ReplayModel",
+    "ScriptedModel",
+    "Usage",
+    "metadata_for",
+    "register_metadata",
+    "resolve_model",
+    "text",
+    "tool_call",
+    "tool_calls",
+]
+
+
+def resolve_model(model: Any) -> Model:
+    """A :class:`Model` from a model object or a ``"provider:name"`` string (``"openai:gpt-4o"``)."""
+    if isinstance(model, str):
+        provider, sep, name = model.partition(":")
+        if not sep or not name:
+            raise UserError(f"model string must look like 'openai:<model>', got {model!r}")
+        if provider == "openai":
+            from tulip_nb.models.openai import OpenAIModel
+
+            return OpenAIModel(name)
+        raise UserError(f"unknown model provider {provider!r} in {model!r}; supported: 'openai:<model>'")
+    if model is None:
+        raise UserError("Agent needs a model: a Model object (e.g. ScriptedModel) or 'openai:<model>'")
+    if not callable(getattr(model, "complete", None)):
+        raise UserError(f"{type(model).__name__} is not a model: it has no async complete(messages, tools)")
+    return model  # type: ignore[no-any-return]
