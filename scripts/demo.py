@@ -81,7 +81,9 @@ def run_turn(base_dir: Path, prompt: str) -> None:
     """One process, one turn: everything it knows about the case comes from the checkpoint."""
     result = make_agent(base_dir).run_sync(prompt, thread_id=THREAD)
     print(f"  > {prompt}\n  < {result.text}")
-    print(f"    ({result.iterations} iterations, {len(result.tool_calls)} tool calls, saved {result.checkpoint_id})")
+    n, calls = result.iterations, len(result.tool_calls)
+    counts = f"{n} iteration{'s' * (n != 1)}, {calls} tool call{'s' * (calls != 1)}"
+    print(f"    ({counts}, saved {result.checkpoint_id})")
 
 
 def show(base_dir: Path) -> None:
