@@ -16,7 +16,20 @@ from tulip_nb.memory.backends.memory import MemoryCheckpointer
 __all__ = ["FileCheckpointer", "MemoryCheckpointer"]
 
 # name -> module, for backends whose dependencies are optional (added as they land)
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "S3Backend": "tulip_nb.memory.backends.s3",
+    "s3_checkpointer": "tulip_nb.memory.backends.s3",
+    "HTTPCheckpointer": "tulip_nb.memory.backends.http",
+    "StorageBackendAdapter": "tulip_nb.memory.backends.adapters",
+    "redis_checkpointer": "tulip_nb.memory.backends.adapters",
+    "postgresql_checkpointer": "tulip_nb.memory.backends.adapters",
+    "mysql_checkpointer": "tulip_nb.memory.backends.adapters",
+    "opensearch_checkpointer": "tulip_nb.memory.backends.adapters",
+    "RedisBackend": "tulip_nb.memory.backends.redis",
+    "PostgreSQLBackend": "tulip_nb.memory.backends.postgresql",
+    "MySQLBackend": "tulip_nb.memory.backends.mysql",
+    "OpenSearchBackend": "tulip_nb.memory.backends.opensearch",
+}
 
 
 def __getattr__(name: str) -> Any:

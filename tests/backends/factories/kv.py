@@ -1,0 +1,110 @@
+"""Redis, PostgreSQL, MySQL and OpenSearch (emulator): tulip's key-value layout on real servers.
+
+Each factory uses a fresh key prefix / table / index (uuid) so tests can run again and again
+against the shared servers, and removes it afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from tests.conftest import require_service
+from tulip_nb.memory.checkpointer import BaseCheckpointer
+
+from . import Factory
+
+REDIS_URL = "redis://127.0.0.1:6379/15"
+PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+MYSQL_DSN = "mysql://root@127.0.0.1:3306/test"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+async def drop_redis_prefix(prefix: str) -> None:
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(REDIS_URL)
+    try:
+        keys = [k async for k in client.scan_iter(match=prefix + "*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+async def drop_pg_table(table: str, schema: str = "public") -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(PG_DSN)
+    try:
+        await conn.execute(f'DROP TABLE IF EXISTS "{schema}"."{table}"')
+    finally:
+        await conn.close()
+
+
+async def drop_mysql_table(table: str) -> None:
+    from mysql.connector.aio import connect
+
+    conn = await connect(host="127.0.0.1", port=3306, user="root", password="", database="test",
+                         ssl_disabled=True)
+    try:
+        cur = await conn.cursor()
+        await cur.execute(f"DROP TABLE IF EXISTS `{table}`")
+        await cur.close()
+        await conn.commit()
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def redis_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
+    require_service("redis", "127.0.0.1", 6379)
+    from tulip_nb.memory.backends import redis_checkpointer
+
+    prefix = unique("tnbtest:") + ":"
+    cp = redis_checkpointer(url=REDIS_URL, prefix=prefix)
+    try:
+        yield cp
+    finally:
+        await cp.close()
+        await drop_redis_prefix(prefix)
+
+
+@contextlib.asynccontextmanager
+async def postgresql_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
+    require_service("postgresql", "127.0.0.1", 5432)
+    from tulip_nb.memory.backends import postgresql_checkpointer
+
+    table = unique("tnb_test_")
+    cp = postgresql_checkpointer(dsn=PG_DSN, table_name=table)
+    try:
+        yield cp
+    finally:
+        await cp.close()
+        await drop_pg_table(table)
+
+
+@contextlib.asynccontextmanager
+async def mysql_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
+    require_service("mysql", "127.0.0.1", 3306)
+    from tulip_nb.memory.backends import mysql_checkpointer
+
+    table = unique("tnb_test_")
+    cp = mysql_checkpointer(dsn=MYSQL_DSN, table_name=table, ssl_disabled=True)
+    try:
+        yield cp
+    finally:
+        await cp.close()
+        await drop_mysql_table(table)
+
+
+FACTORIES: dict[str, Factory] = {
+    "redis": redis_backend,
+    "postgresql": postgresql_backend,
+    "mysql": mysql_backend,
+}

@@ -1,0 +1,107 @@
+"""Threads cross between tulip-agents' S3Backend and ours on one moto bucket, both ways."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+
+from ..backends.conformance import full_state
+from ..backends.factories.remote import S3_CREDENTIALS, moto_endpoint, new_bucket
+
+tulip_s3 = pytest.importorskip("tulip.memory.backends.s3", reason="tulip-agents (the interop peer) is not installed")
+tulip_state = pytest.importorskip("tulip.core.state")
+
+pytestmark = pytest.mark.interop
+
+TID = "user/42:chat #1"
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[tuple[Any, Any, Any]]:
+    from tulip_nb.memory.backends import S3Backend
+
+    bucket, url = new_bucket(), moto_endpoint()
+    ours = S3Backend(bucket, endpoint_url=url, **S3_CREDENTIALS)
+    theirs = tulip_s3.S3Backend(bucket=bucket, endpoint_url=url, **S3_CREDENTIALS)
+    yield ours, theirs, ours._io.client
+    await theirs.close()
+    await ours.close()
+
+
+def tulip_view(state_json: bytes) -> dict[str, Any]:
+    """What tulip keeps of a state (it drops keys it does not know)."""
+    return dict(tulip_state.AgentState.model_validate_json(state_json).model_dump(mode="json"))
+
+
+def tulip_source() -> Any:
+    source = orjson.loads(full_state().to_json_bytes())
+    source.pop("unknown_top_level")
+    return tulip_state.AgentState.model_validate(source)
+
+
+def objects(raw: Any, bucket: str, tid: str) -> dict[str, tuple[str, list[str] | bytes]]:
+    """name -> (content type, JSON keys or the raw body) for every object of a thread."""
+    out: dict[str, tuple[str, list[str] | bytes]] = {}
+    prefix = f"tulip/checkpoints/{tid}/"
+    for obj in raw.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]:
+        got = raw.get_object(Bucket=bucket, Key=obj["Key"])
+        body = got["Body"].read()
+        name = obj["Key"][len(prefix):]
+        shape: list[str] | bytes = list(orjson.loads(body)) if name.endswith(".json") else body
+        out[name] = (got["ContentType"], shape)
+    return out
+
+
+async def test_same_objects_same_shapes(pair: tuple[Any, Any, Any]) -> None:
+    ours, theirs, raw = pair
+    state = tulip_source()
+    theirs_cid = await theirs.save(state, "by-tulip", metadata={"m": 1})
+    ours_cid = await ours.save(full_state(), "by-us", metadata={"m": 1})
+    a, b = objects(raw, ours.bucket, "by-tulip"), objects(raw, ours.bucket, "by-us")
+    assert set(a) == {f"{theirs_cid}.json", f"{theirs_cid}.meta.json", "_latest"}
+    assert set(b) == {f"{ours_cid}.json", f"{ours_cid}.meta.json", "_latest"}
+    assert a[f"{theirs_cid}.json"] == b[f"{ours_cid}.json"]
+    assert a[f"{theirs_cid}.meta.json"] == b[f"{ours_cid}.meta.json"]
+    assert a["_latest"] == ("text/plain", theirs_cid.encode()) and b["_latest"] == ("text/plain", ours_cid.encode())
+
+
+async def test_tulip_resumes_what_we_write(pair: tuple[Any, Any, Any]) -> None:
+    ours, theirs, _ = pair
+    state = full_state()
+    first = await ours.save(state, TID, metadata={"who": "us"})
+    second = await ours.save(state, TID)
+    loaded = await theirs.load(TID)
+    assert loaded is not None
+    assert loaded.model_dump(mode="json") == tulip_view(state.to_json_bytes())
+    assert set(await theirs.list_checkpoints(TID)) == {first, second}
+    assert await theirs.get_metadata(TID, first) == {"who": "us", "parent_checkpoint_id": None}
+    assert (await theirs.load(TID, first)) is not None
+
+
+async def test_we_read_what_tulip_writes_and_keep_it_all(pair: tuple[Any, Any, Any]) -> None:
+    ours, theirs, _ = pair
+    t_state = tulip_source()
+    cid = await theirs.save(t_state, TID, metadata={"who": "tulip"})
+    assert await ours.list_threads() == [TID]  # the whole id (tulip's own listing says "user")
+    ckpt = await ours.load_checkpoint(TID)
+    assert ckpt is not None and ckpt.checkpoint_id == cid and ckpt.thread_id == TID
+    assert ckpt.metadata == {"who": "tulip"}
+    assert orjson.loads(ckpt.state.to_json_bytes()) == orjson.loads(t_state.model_dump_json())
+    # we continue the thread; tulip resumes from our checkpoint and sees the lineage
+    new = await ours.save(ckpt.state, TID, expected_parent=cid)
+    loaded = await theirs.load(TID)
+    assert loaded is not None and loaded.model_dump(mode="json") == tulip_view(ckpt.state.to_json_bytes())
+    assert (await ours.list_checkpoint_infos(TID))[0].parent_checkpoint_id == cid
+    assert set(await theirs.list_checkpoints(TID)) == {cid, new}
+
+
+async def test_tulip_copy_is_read_under_the_destination(pair: tuple[Any, Any, Any]) -> None:
+    """tulip copies envelopes without rewriting thread_id; the key decides whose they are."""
+    ours, theirs, _ = pair
+    await theirs.save(tulip_source(), "src")
+    await theirs.copy_thread("src", "dst")
+    ckpt = await ours.load_checkpoint("dst")
+    assert ckpt is not None and ckpt.thread_id == "dst"

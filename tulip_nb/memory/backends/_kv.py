@@ -1,0 +1,298 @@
+"""The key-value layout tulip's storage backends share, and the store interface behind it.
+
+tulip's ``redis_checkpointer`` / ``postgresql_checkpointer`` / ``mysql_checkpointer`` /
+(and ``opensearch_checkpointer``) keep each thread under three kinds of *logical keys*::
+
+    <thread_id>:<checkpoint_id>   the state, flattened: AgentState keys at the top level plus
+                                  "_checkpoint_id", "_checkpoint_timestamp" (ISO, +00:00) and
+                                  "_metadata" (the save metadata)
+    <thread_id>:latest            a full copy of the newest such record
+    <thread_id>:_checkpoints      the index {"checkpoints": [{"checkpoint_id", "timestamp",
+                                  "metadata"}, ...]}, newest first
+
+A store (Redis, a SQL table) maps a logical key to one JSON value. This
+module holds the pure parts (encoding a record, parsing the index) and :class:`KVStore`, the
+small interface a store implements so :class:`~tulip_nb.memory.backends.adapters.StorageBackendAdapter`
+can run every checkpointer operation on it. The one thing a store must do that tulip's do not is
+:meth:`KVStore.transact`: run a read-modify-write of one thread's keys atomically (Redis
+WATCH/MULTI, a SQL transaction holding the index row's lock), so the index, the record and
+``:latest`` always change together and ``expected_parent`` is a real compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import ValidationError
+
+from tulip_nb.core._time import parse_datetime
+from tulip_nb.core.errors import CheckpointCorrupt, InvalidThreadId
+from tulip_nb.core.state import AgentState
+
+__all__ = [
+    "INDEX_SUFFIX",
+    "LATEST_SUFFIX",
+    "RESERVED_CHECKPOINT_IDS",
+    "IndexEntry",
+    "KVStore",
+    "Txn",
+    "decode_record",
+    "encode_index",
+    "encode_record",
+    "index_key",
+    "latest_key",
+    "parse_index",
+    "record_key",
+]
+
+T = TypeVar("T")
+
+LATEST_SUFFIX = ":latest"
+INDEX_SUFFIX = ":_checkpoints"
+RESERVED_CHECKPOINT_IDS = frozenset({"latest", "_checkpoints"})
+_ENVELOPE_KEYS = ("_checkpoint_id", "_checkpoint_timestamp", "_metadata")
+EMPTY_INDEX = b'{"checkpoints":[]}'
+
+
+def record_key(thread_id: str, checkpoint_id: str) -> str:
+    return f"{thread_id}:{checkpoint_id}"
+
+
+def latest_key(thread_id: str) -> str:
+    return thread_id + LATEST_SUFFIX
+
+
+def index_key(thread_id: str) -> str:
+    return thread_id + INDEX_SUFFIX
+
+
+def check_checkpoint_id(checkpoint_id: str, thread_id: str) -> str:
+    """Refuse ids that would make a key ambiguous: ``latest``, ``_checkpoints`` or any ``:``.
+
+    With no ``:`` in checkpoint ids, ``<tid>:<cid>`` splits one way only, so no checkpoint of one
+    thread can land on a key of another thread.
+    """
+    if checkpoint_id in RESERVED_CHECKPOINT_IDS or ":" in checkpoint_id:
+        raise InvalidThreadId(
+            f"checkpoint_id {checkpoint_id!r} is reserved in the key-value layout "
+            "(not 'latest', '_checkpoints', nor containing ':')",
+            thread_id=thread_id,
+        )
+    return checkpoint_id
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One row of a thread's ``:_checkpoints`` index."""
+
+    checkpoint_id: str
+    created_at: datetime
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint_id": self.checkpoint_id,
+            "timestamp": iso_micro(self.created_at),
+            "metadata": self.metadata,
+        }
+
+
+def iso_micro(value: datetime) -> str:
+    """ISO 8601 with microseconds and ``+00:00``: sorts as text the way it sorts as time."""
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def parse_index(raw: bytes | str | None, *, where: str) -> list[IndexEntry]:
+    """The index's entries, newest first (``[]`` for a missing or empty index)."""
+    if raw is None:
+        return []
+    try:
+        obj = orjson.loads(raw)
+        rows = obj.get("checkpoints", []) if isinstance(obj, dict) else None
+        if not isinstance(rows, list):
+            raise TypeError("'checkpoints' must be a list")
+        out = []
+        for row in rows:
+            cid = row.get("checkpoint_id")
+            if not isinstance(cid, str) or not cid:
+                continue  # tulip skips these too
+            meta = row.get("metadata") or {}
+            out.append(IndexEntry(cid, parse_datetime(row["timestamp"]), meta if isinstance(meta, dict) else {}))
+    except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError) as e:
+        raise CheckpointCorrupt(f"unreadable checkpoint index: {e}", path=where) from e
+    out.sort(key=lambda e: e.created_at, reverse=True)
+    return out
+
+
+def encode_index(entries: list[IndexEntry]) -> bytes:
+    return orjson.dumps({"checkpoints": [e.to_json() for e in entries]}, option=orjson.OPT_NON_STR_KEYS)
+
+
+def encode_record(state_bytes: bytes, checkpoint_id: str, created_at: datetime, metadata: dict[str, Any]) -> bytes:
+    """The flattened record: the state's JSON object with the three ``_`` keys appended."""
+    return (
+        state_bytes[:-1]
+        + b',"_checkpoint_id":'
+        + orjson.dumps(checkpoint_id)
+        + b',"_checkpoint_timestamp":'
+        + orjson.dumps(iso_micro(created_at))
+        + b',"_metadata":'
+        + orjson.dumps(metadata, option=orjson.OPT_NON_STR_KEYS)
+        + b"}"
+    )
+
+
+def decode_record(raw: bytes | str, *, where: str, thread_id: str) -> tuple[AgentState, dict[str, Any]]:
+    """Parse a flattened record into (state, the ``_`` keys that were around it)."""
+    try:
+        state = AgentState.model_validate_json(raw)
+    except ValidationError as e:
+        raise CheckpointCorrupt(f"not a valid checkpoint record: {e.errors()[0]['msg']}", path=where,
+                                thread_id=thread_id) from e
+    extra = state.__pydantic_extra__
+    envelope = {k: extra.pop(k) for k in _ENVELOPE_KEYS if extra is not None and k in extra}
+    return state, envelope
+
+
+def set_record_metadata(raw: bytes | str, metadata: dict[str, Any]) -> bytes:
+    """A record with its ``_metadata`` replaced (used when copying a thread)."""
+    obj = orjson.loads(raw)
+    obj["_metadata"] = metadata
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
+
+
+class Txn(ABC):
+    """One atomic read-modify-write of one thread's keys, handed to a transaction body.
+
+    Reads happen now (inside the transaction); writes are queued and applied in order at commit.
+    A body may be run more than once (Redis retries after a concurrent change), so it must not
+    have side effects other than through this object.
+    """
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[str, str, Any, Any]] = []
+
+    @abstractmethod
+    async def get(self, key: str) -> bytes | str | None:
+        """The current value of ``key`` (None when absent)."""
+
+    def put(self, key: str, value: bytes, metadata: bytes = b"{}") -> None:
+        """Write ``value`` under ``key``; ``metadata`` fills SQL's ``metadata`` column."""
+        self.ops.append(("put", key, value, metadata))
+
+    def copy(self, source: str, dest: str) -> None:
+        """Copy ``source``'s value to ``dest`` server-side (no bytes back and forth)."""
+        self.ops.append(("copy", source, dest, None))
+
+    def delete(self, key: str) -> None:
+        self.ops.append(("delete", key, None, None))
+
+
+class KVStore(ABC):
+    """What a store implements; the dict-shaped public API is built on it here.
+
+    ``save(thread_id, data)`` / ``load`` / ``delete`` / ``exists`` / ``list_threads`` are the
+    storage-backend shape the seeds describe: a ``thread_id`` here is a raw key (the adapter passes
+    ``"<tid>:<cid>"``). A storage backend is *not* a checkpointer: wrap it with
+    :class:`~tulip_nb.memory.backends.adapters.StorageBackendAdapter` (or a ``*_checkpointer()``
+    factory) to pass it to an agent.
+    """
+
+    backend_name: str = "KVStore"
+    supports_search: bool = False
+    supports_metadata_query: bool = False
+    ttl_seconds: int | None = None
+
+    # -- primitives ---------------------------------------------------------------------------
+    @abstractmethod
+    async def get(self, key: str) -> bytes | str | None:
+        """Read one logical key."""
+
+    async def get_many(self, keys: list[str]) -> list[bytes | str | None]:
+        """Read several logical keys (stores override this with one round trip)."""
+        return [await self.get(k) for k in keys]
+
+    @abstractmethod
+    async def transact(self, lock_key: str, body: Callable[[Txn], Awaitable[T]]) -> T:
+        """Run ``body`` atomically and return what it returns.
+
+        Transactions with the same ``lock_key`` (a thread's index key) are serialised, in any
+        process: a SQL store holds the row lock of ``lock_key`` (creating the row if needed, and
+        removing it again if the body leaves it unwritten), Redis WATCHes it and retries.
+        Inside the body, ``txn.get(lock_key)`` is None until something was written there.
+        """
+
+    @abstractmethod
+    async def index_keys(self) -> list[str]:
+        """Every logical key ending in ``:_checkpoints``."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections."""
+
+    # -- optional server-side queries ---------------------------------------------------------
+    async def search_latest(self, query: str, limit: int) -> list[tuple[str, float]]:
+        """(``:latest`` key, score) of threads whose messages match ``query``."""
+        raise NotImplementedError
+
+    async def metadata_candidates(self, key: str, value: Any, limit: int) -> list[str]:
+        """Record keys whose save or state metadata may have ``key == value`` (a superset)."""
+        raise NotImplementedError
+
+    # -- the dict-shaped storage-backend API --------------------------------------------------
+    async def save(
+        self,
+        thread_id: str,
+        data: dict[str, Any],
+        checkpoint_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Store ``data`` (a JSON object) under the key ``thread_id``; returns a row id."""
+        if not isinstance(data, dict):
+            raise TypeError(
+                f"{type(self).__name__}.save(thread_id, data) takes a dict; to save an AgentState "
+                "wrap the backend with the matching *_checkpointer() factory (StorageBackendAdapter)"
+            )
+        if not isinstance(thread_id, str):
+            raise TypeError(f"{type(self).__name__}.save(thread_id, data): thread_id must be a str")
+        value = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+        meta = orjson.dumps(metadata or {}, option=orjson.OPT_NON_STR_KEYS)
+
+        async def body(txn: Txn) -> None:
+            txn.put(thread_id, value, meta)
+
+        await self.transact(thread_id, body)
+        return checkpoint_id or uuid.uuid4().hex
+
+    async def load(self, thread_id: str) -> dict[str, Any] | None:
+        """The JSON object stored under ``thread_id``, or None."""
+        raw = await self.get(thread_id)
+        if raw is None:
+            return None
+        value = orjson.loads(raw)
+        return value if isinstance(value, dict) else {"value": value}
+
+    async def delete(self, thread_id: str) -> bool:
+        """Delete the key ``thread_id``; whether it existed."""
+
+        async def body(txn: Txn) -> bool:
+            found = await txn.get(thread_id) is not None
+            txn.delete(thread_id)
+            return found
+
+        return await self.transact(thread_id, body)
+
+    async def exists(self, thread_id: str) -> bool:
+        return await self.get(thread_id) is not None
+
+    async def __aenter__(self) -> KVStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

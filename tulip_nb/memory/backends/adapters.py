@@ -1,0 +1,407 @@
+"""StorageBackendAdapter: a checkpointer over a dict-shaped storage backend, in tulip's key layout.
+
+Storage backends (:class:`RedisBackend`, :class:`PostgreSQLBackend`, :class:`MySQLBackend`)
+store one JSON value per key with ``save(thread_id, data)``; they are not checkpointers.
+The adapter turns the agent's ``save(state, thread_id)`` into tulip's three keys per
+thread (see :mod:`tulip_nb.memory.backends._kv`), so a tulip agent and tulip_nb read each other's
+threads on the same server. Build one with a factory::
+
+    from tulip_nb.memory.backends import redis_checkpointer
+    cp = redis_checkpointer(url="redis://localhost:6379/0", ttl_seconds=86_400)
+    cid = await cp.save(state, "ticket-42")
+    state = await cp.load("ticket-42")
+
+Unlike tulip's adapter:
+
+- each save (record, ``:latest``, index) is one atomic transaction on the server, serialised per
+  thread across processes, so concurrent saves never drop index entries and ``expected_parent=``
+  is a real compare-and-swap;
+- deleting the newest checkpoint re-points ``:latest`` to the one before it;
+- ``list_threads`` returns thread ids (not raw keys) and honours the glob ``pattern``;
+- checkpoint ids ``latest`` / ``_checkpoints`` (or containing ``:``) are refused;
+- vacuum removes records, index entries and ``:latest`` together, never leaving the index pointing
+  at a missing record;
+- a storage outage raises :class:`~tulip_nb.core.errors.BackendUnavailable`, never "no thread".
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+from tulip_nb.core._time import utcnow
+from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound
+from tulip_nb.core.state import AgentState, state_json_bytes
+from tulip_nb.memory._envelope import info_row, matches_pattern, metadata_matches, search_hit, search_state
+from tulip_nb.memory.backends._kv import (
+    INDEX_SUFFIX,
+    IndexEntry,
+    KVStore,
+    Txn,
+    check_checkpoint_id,
+    decode_record,
+    encode_index,
+    encode_record,
+    index_key,
+    latest_key,
+    parse_index,
+    record_key,
+    set_record_metadata,
+)
+from tulip_nb.memory.checkpointer import (
+    BaseCheckpointer,
+    Capabilities,
+    Checkpoint,
+    CheckpointInfo,
+    new_checkpoint_id,
+    save_metadata,
+    validate_checkpoint_id,
+    validate_thread_id,
+)
+
+__all__ = [
+    "StorageBackendAdapter",
+    "mysql_checkpointer",
+    "opensearch_checkpointer",
+    "postgresql_checkpointer",
+    "redis_checkpointer",
+]
+
+_TICK = timedelta(microseconds=1)
+
+
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+
+
+class StorageBackendAdapter(BaseCheckpointer):
+    """A :class:`BaseCheckpointer` over a storage backend (see the module docstring)."""
+
+    def __init__(self, backend: KVStore) -> None:
+        if not isinstance(backend, KVStore):
+            raise TypeError(
+                "StorageBackendAdapter wraps a tulip_nb storage backend (RedisBackend, "
+                f"PostgreSQLBackend, MySQLBackend), got {type(backend).__name__}"
+            )
+        self.backend = backend
+
+    def __repr__(self) -> str:
+        return f"StorageBackendAdapter({self.backend!r})"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        b = self.backend
+        return Capabilities(
+            search=b.supports_search,
+            metadata_query=b.supports_metadata_query,
+            vacuum=True,
+            branching=True,
+            ttl=b.ttl_seconds is not None,
+            list_threads=True,
+            list_with_metadata=True,
+            persistent_checkpoint_ids=True,
+        )
+
+    async def close(self) -> None:
+        await self.backend.close()
+
+    # -- helpers ------------------------------------------------------------------------------
+    async def _index(self, thread_id: str) -> list[IndexEntry]:
+        key = index_key(thread_id)
+        return parse_index(await self.backend.get(key), where=self._where(key))
+
+    def _where(self, key: str) -> str:
+        return f"{self.backend.backend_name}:{key}"
+
+    def _decode(self, raw: bytes | str, key: str, thread_id: str, entry: IndexEntry | None) -> Checkpoint:
+        state, env = decode_record(raw, where=self._where(key), thread_id=thread_id)
+        cid = env.get("_checkpoint_id") if isinstance(env.get("_checkpoint_id"), str) else None
+        cid = cid or (entry.checkpoint_id if entry else key.rsplit(":", 1)[-1])
+        meta = env.get("_metadata")
+        if not isinstance(meta, dict):
+            meta = entry.metadata if entry else {}
+        created = entry.created_at if entry else None
+        if created is None:
+            try:
+                created = datetime.fromisoformat(str(env["_checkpoint_timestamp"]))
+            except (KeyError, ValueError):
+                created = state.updated_at
+        if created.tzinfo is None:
+            created = created.replace(tzinfo=UTC)
+        return Checkpoint(cid, thread_id, created, state, dict(meta))
+
+    # -- contract -----------------------------------------------------------------------------
+    async def save(
+        self,
+        state: AgentState,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        expected_parent: str | None = None,
+    ) -> str:
+        if not isinstance(state, AgentState):
+            raise TypeError(f"save(state, thread_id) takes an AgentState, got {type(state).__name__}")
+        validate_thread_id(thread_id)
+        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
+        check_checkpoint_id(cid, thread_id)
+        state_bytes = state_json_bytes(state)  # outside the transaction: it may be retried
+        ikey, rkey = index_key(thread_id), record_key(thread_id, cid)
+
+        async def body(txn: Txn) -> str:
+            entries = parse_index(await txn.get(ikey), where=self._where(ikey))
+            latest_id = entries[0].checkpoint_id if entries else None
+            if expected_parent is not None and (expected_parent or None) != latest_id:
+                raise CheckpointConflict(
+                    "thread's latest checkpoint is not the expected parent",
+                    thread_id=thread_id,
+                    expected=expected_parent,
+                    actual=latest_id,
+                )
+            now = utcnow()
+            if entries and now <= entries[0].created_at:
+                now = entries[0].created_at + _TICK
+            meta = save_metadata(metadata, latest_id)
+            txn.put(rkey, encode_record(state_bytes, cid, now, meta), _dumps(meta))
+            txn.copy(rkey, latest_key(thread_id))
+            rest = [e for e in entries if e.checkpoint_id != cid]
+            txn.put(ikey, encode_index([IndexEntry(cid, now, meta), *rest]))
+            return cid
+
+        return await self.backend.transact(ikey, body)
+
+    async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        validate_thread_id(thread_id)
+        if checkpoint_id is None:
+            key = latest_key(thread_id)
+            raw = await self.backend.get(key)
+            if raw is None:
+                # no :latest (never saved, or removed by hand): fall back to the index's newest
+                entries = await self._index(thread_id)
+                if not entries:
+                    return None
+                checkpoint_id = entries[0].checkpoint_id
+            else:
+                return self._decode(raw, key, thread_id, None)
+        check_checkpoint_id(checkpoint_id, thread_id)
+        key = record_key(thread_id, checkpoint_id)
+        raw = await self.backend.get(key)
+        if raw is None:
+            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
+        return self._decode(raw, key, thread_id, None)
+
+    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
+        ckpt = await self.load_checkpoint(thread_id, checkpoint_id)
+        return ckpt.state if ckpt else None
+
+    async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
+        validate_thread_id(thread_id)
+        return [CheckpointInfo(e.checkpoint_id, thread_id, e.created_at, dict(e.metadata))
+                for e in (await self._index(thread_id))[:limit]]
+
+    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+        return [i.checkpoint_id for i in await self.list_checkpoint_infos(thread_id, limit)]
+
+    async def latest_checkpoint_id(self, thread_id: str) -> str | None:
+        ids = await self.list_checkpoints(thread_id, limit=1)
+        return ids[0] if ids else None
+
+    async def exists(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        validate_thread_id(thread_id)
+        entries = await self._index(thread_id)
+        if checkpoint_id is None:
+            return bool(entries)
+        return any(e.checkpoint_id == checkpoint_id for e in entries)
+
+    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        validate_thread_id(thread_id)
+        ikey = index_key(thread_id)
+
+        async def body(txn: Txn) -> bool:
+            entries = parse_index(await txn.get(ikey), where=self._where(ikey))
+            if checkpoint_id is None:
+                for e in entries:
+                    txn.delete(record_key(thread_id, e.checkpoint_id))
+                txn.delete(latest_key(thread_id))
+                txn.delete(ikey)
+                return bool(entries)
+            gone = [e for e in entries if e.checkpoint_id == checkpoint_id]
+            if not gone:
+                return False
+            self._remove(txn, thread_id, entries, {checkpoint_id})
+            return True
+
+        return await self.backend.transact(ikey, body)
+
+    @staticmethod
+    def _remove(txn: Txn, thread_id: str, entries: list[IndexEntry], cids: set[str]) -> None:
+        """Queue the removal of ``cids``, re-pointing ``:latest`` when the newest goes."""
+        keep = [e for e in entries if e.checkpoint_id not in cids]
+        for cid in cids:
+            txn.delete(record_key(thread_id, cid))
+        if not keep:
+            txn.delete(latest_key(thread_id))
+            txn.delete(index_key(thread_id))
+            return
+        if entries and entries[0].checkpoint_id in cids:
+            txn.copy(record_key(thread_id, keep[0].checkpoint_id), latest_key(thread_id))
+        txn.put(index_key(thread_id), encode_index(keep))
+
+    # -- capabilities -------------------------------------------------------------------------
+    async def _thread_ids(self) -> list[str]:
+        prefix_len = len(INDEX_SUFFIX)
+        return sorted(k[:-prefix_len] for k in await self.backend.index_keys())
+
+    async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
+        return [t for t in await self._thread_ids() if matches_pattern(t, pattern)][:limit]
+
+    async def _latest_infos(self) -> list[CheckpointInfo]:
+        tids = await self._thread_ids()
+        raws = await self.backend.get_many([index_key(t) for t in tids])
+        out = []
+        for tid, raw in zip(tids, raws, strict=True):
+            entries = parse_index(raw, where=self._where(index_key(tid)))
+            if entries:
+                e = entries[0]
+                out.append(CheckpointInfo(e.checkpoint_id, tid, e.created_at, dict(e.metadata)))
+        return out
+
+    async def list_with_metadata(self, limit: int = 100) -> list[dict[str, Any]]:
+        infos = sorted(await self._latest_infos(), key=lambda i: i.created_at, reverse=True)
+        return [info_row(i) for i in infos[:limit]]
+
+    async def get_metadata(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any] | None:
+        self._require("metadata_query", "get_metadata")
+        validate_thread_id(thread_id)
+        for e in await self._index(thread_id):
+            if checkpoint_id in (None, e.checkpoint_id):
+                return dict(e.metadata)
+        return None
+
+    async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
+        self._require("metadata_query", "query_by_metadata")
+        keys = await self.backend.metadata_candidates(key, value, limit=max(limit * 4, 100))
+        rows: list[CheckpointInfo] = []
+        for rkey in keys:
+            tid, _, cid = rkey.rpartition(":")
+            ckpt = await self.load_checkpoint(tid, cid)
+            if ckpt is not None and metadata_matches(ckpt.metadata, ckpt.state, key, value):
+                rows.append(ckpt.info)
+        rows.sort(key=lambda i: i.created_at, reverse=True)
+        return [info_row(i) for i in rows[:limit]]
+
+    async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
+        self._require("search", "search")
+        hits = []
+        for lkey, score in await self.backend.search_latest(query, limit):
+            tid = lkey[: -len(":latest")]
+            raw = await self.backend.get(lkey)
+            if raw is None:
+                continue
+            ckpt = self._decode(raw, lkey, tid, None)
+            _, idx, snippet = search_state(ckpt.state, query)
+            hits.append(search_hit(ckpt, score, idx, snippet))
+        hits.sort(key=lambda h: (-h["score"], h["thread_id"]))
+        return hits[:limit]
+
+    async def vacuum(self, older_than_days: float = 30) -> int:
+        cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
+        removed = 0
+        for tid in await self._thread_ids():
+            ikey = index_key(tid)
+
+            async def body(txn: Txn, tid: str = tid, ikey: str = ikey) -> int:
+                entries = parse_index(await txn.get(ikey), where=self._where(ikey))
+                old = {e.checkpoint_id for e in entries if e.created_at < cutoff}
+                if old:
+                    self._remove(txn, tid, entries, old)
+                return len(old)
+
+            removed += await self.backend.transact(ikey, body)
+        return removed
+
+    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
+        validate_thread_id(source_thread_id)
+        validate_thread_id(dest_thread_id)
+        entries = await self._index(source_thread_id)
+        if not entries:
+            raise CheckpointNotFound("source thread has no checkpoints", thread_id=source_thread_id)
+        raws = await self.backend.get_many([record_key(source_thread_id, e.checkpoint_id) for e in entries])
+        copied: list[tuple[IndexEntry, bytes]] = []
+        for e, raw in zip(entries, raws, strict=True):
+            if raw is None:
+                continue  # a record expired (TTL) or removed by hand: nothing to copy
+            meta = {**e.metadata, "copied_from": {"thread_id": source_thread_id, "checkpoint_id": e.checkpoint_id}}
+            copied.append((IndexEntry(e.checkpoint_id, e.created_at, meta), set_record_metadata(raw, meta)))
+        if not copied:
+            raise CheckpointNotFound("source thread has no readable checkpoints", thread_id=source_thread_id)
+        ikey = index_key(dest_thread_id)
+
+        async def body(txn: Txn) -> bool:
+            if parse_index(await txn.get(ikey), where=self._where(ikey)):
+                raise CheckpointConflict(
+                    "destination thread already has checkpoints; delete it first", thread_id=dest_thread_id
+                )
+            for entry, data in copied:
+                txn.put(record_key(dest_thread_id, entry.checkpoint_id), data, _dumps(entry.metadata))
+            txn.copy(record_key(dest_thread_id, copied[0][0].checkpoint_id), latest_key(dest_thread_id))
+            txn.put(ikey, encode_index([e for e, _ in copied]))
+            return True
+
+        return await self.backend.transact(ikey, body)
+
+
+# -- factories ---------------------------------------------------------------------------------
+def redis_checkpointer(
+    url: str = "redis://localhost:6379",
+    ttl_seconds: int | None = None,
+    prefix: str = "tulip:state:",
+    **kwargs: Any,
+) -> StorageBackendAdapter:
+    """A checkpointer on Redis: keys ``<prefix><tid>:<cid>``, optional TTL per thread."""
+    from tulip_nb.memory.backends.redis import RedisBackend
+
+    return StorageBackendAdapter(RedisBackend(url=url, prefix=prefix, ttl_seconds=ttl_seconds, **kwargs))
+
+
+def postgresql_checkpointer(
+    dsn: str = "postgresql://postgres@localhost:5432/tulip",
+    schema_name: str = "public",
+    table_name: str = "checkpoints",
+    **kwargs: Any,
+) -> StorageBackendAdapter:
+    """A checkpointer on PostgreSQL (table ``<schema>.<table>``, created on first save)."""
+    from tulip_nb.memory.backends.postgresql import PostgreSQLBackend
+
+    return StorageBackendAdapter(PostgreSQLBackend(dsn=dsn, schema_name=schema_name, table_name=table_name,
+                                                   **kwargs))
+
+
+def mysql_checkpointer(
+    dsn: str = "mysql://root@localhost:3306/tulip",
+    table_name: str = "checkpoints",
+    **kwargs: Any,
+) -> StorageBackendAdapter:
+    """A checkpointer on MySQL / MariaDB (table created on first save)."""
+    from tulip_nb.memory.backends.mysql import MySQLBackend
+
+    return StorageBackendAdapter(MySQLBackend(dsn=dsn, table_name=table_name, **kwargs))
+
+
+def opensearch_checkpointer(
+    hosts: list[str] | str | None = None,
+    index_name: str = "tulip-checkpoints",
+    **kwargs: Any,
+) -> StorageBackendAdapter:
+    """A checkpointer on OpenSearch: one document per key in ``index_name`` (created on first use).
+
+    ``hosts`` are URLs (``["http://localhost:9200"]``, ``https://user:pass@host:9200``); other
+    keywords (``username``, ``password``, ``refresh``, ``timeout``, opensearch-py client options
+    such as ``verify_certs``) go to :class:`~tulip_nb.memory.backends.opensearch.OpenSearchBackend`.
+    Tested against an emulator (osmem-server), not a real cluster.
+    """
+    from tulip_nb.memory.backends.opensearch import OpenSearchBackend
+
+    return StorageBackendAdapter(OpenSearchBackend(hosts=hosts, index_name=index_name, **kwargs))

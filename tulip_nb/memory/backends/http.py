@@ -1,0 +1,392 @@
+"""HTTPCheckpointer: a checkpointer that lives behind an HTTP service (tulip's wire protocol).
+
+The service stores; this class speaks. Any server of tulip's checkpoint protocol works (see
+:mod:`tulip_nb.server.checkpoint_app` for the routes), including tulip_nb's own
+``checkpoint_app(checkpointer)``, which also serves the *tulip_nb extensions*: compare-and-swap
+(``If-Match``), one-request loads of the latest checkpoint, and the optional operations
+(``list_threads``, ``copy_thread``, ``search``...) of whatever checkpointer it wraps.
+
+Which optional operations work depends on the server, so :attr:`capabilities` is *discovered*:
+``GET /capabilities`` on first use (or on ``async with``). A plain tulip-protocol server has none.
+
+Unlike tulip's client, a failed request is never turned into "no thread": an unreachable server, a
+timeout or a 5xx raises :class:`~tulip_nb.core.errors.BackendUnavailable`, so an agent resuming a
+conversation during an outage stops instead of starting the conversation afresh.
+
+>>> async with HTTPCheckpointer("http://127.0.0.1:8000") as cp:   # doctest: +SKIP
+...     cid = await cp.save(state, "user/42")
+...     await cp.load("user/42")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from tulip_nb.core._time import parse_datetime, utcnow
+from tulip_nb.core.errors import (
+    BackendUnavailable,
+    CapabilityNotSupported,
+    CheckpointConflict,
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    InvalidThreadId,
+    UserError,
+)
+from tulip_nb.core.state import AgentState
+from tulip_nb.memory._envelope import decode_envelope, encode_envelope
+from tulip_nb.memory.checkpointer import (
+    BaseCheckpointer,
+    Capabilities,
+    Checkpoint,
+    CheckpointInfo,
+    new_checkpoint_id,
+    validate_checkpoint_id,
+    validate_thread_id,
+)
+
+__all__ = ["HTTPCheckpointer", "segment"]
+
+
+def segment(value: str) -> str:
+    """``value`` percent-encoded as one URL path segment (``/``, ``?``, ``#``, ``%`` and dot-only
+    segments included, which clients would otherwise normalise away)."""
+    seg = quote(value, safe="")
+    return seg.replace(".", "%2E") if seg in (".", "..") else seg
+
+
+def _import_httpx() -> Any:
+    try:
+        import httpx
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise ImportError("HTTPCheckpointer needs httpx. Install it with: pip install 'tulip_nb[server]'") from e
+    return httpx
+
+
+class HTTPCheckpointer(BaseCheckpointer):
+    """Checkpoints stored by a remote service, over HTTP (see the module docstring).
+
+    Args:
+        base_url: the service root, e.g. ``"https://checkpoints.internal/v1"``.
+        headers: sent with every request (e.g. ``{"Authorization": "Bearer ..."}``).
+        auth: ``(user, password)`` for HTTP basic auth, or any ``httpx.Auth``.
+        timeout: seconds per request.
+        capabilities: skip discovery and advertise these instead.
+        transport: an ``httpx.AsyncBaseTransport`` (tests, proxies).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        headers: dict[str, str] | None = None,
+        auth: Any = None,
+        timeout: float = 30.0,
+        *,
+        capabilities: Capabilities | None = None,
+        transport: Any = None,
+    ) -> None:
+        self._httpx = _import_httpx()
+        self.base_url = base_url.rstrip("/")
+        self.headers = dict(headers or {})
+        self.auth = auth
+        self.timeout = timeout
+        self._transport = transport
+        self._caps = capabilities or Capabilities()
+        self._extensions: bool | None = None  # unknown until discovered
+        self._fixed_caps = capabilities is not None
+        # An httpx.AsyncClient belongs to the event loop that opened its connections: keep one per loop.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+    def __repr__(self) -> str:
+        return f"HTTPCheckpointer(base_url={self.base_url!r})"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the server offers: discovered on first use (none before that, or for plain servers)."""
+        return self._caps
+
+    # -- transport ----------------------------------------------------------------------------
+    def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._httpx.AsyncClient(
+                base_url=self.base_url, headers=self.headers, auth=self.auth, timeout=self.timeout,
+                transport=self._transport,
+            )
+            self._clients[loop] = client
+        return client
+
+    async def _request(self, method: str, path: str, *, action: str, **kwargs: Any) -> Any:
+        try:
+            return await self._client().request(method, path, **kwargs)
+        except self._httpx.HTTPError as e:
+            raise BackendUnavailable(
+                f"HTTPCheckpointer could not {action}: {type(e).__name__}: {e}", path=f"{self.base_url}{path}"
+            ) from e
+
+    def _fail(
+        self, resp: Any, action: str, thread_id: str | None = None, checkpoint_id: str | None = None
+    ) -> Exception:
+        """The exception for a non-2xx response: our JSON errors map back to their classes."""
+        body: dict[str, Any] = {}
+        if resp.headers.get("content-type", "").startswith("application/json"):
+            try:
+                parsed = orjson.loads(resp.content)
+                body = parsed if isinstance(parsed, dict) else {}
+            except orjson.JSONDecodeError:
+                body = {}
+        kind, message = str(body.get("error", "")), str(body.get("message", resp.reason_phrase))
+        ctx: dict[str, Any] = {
+            "thread_id": body.get("thread_id", thread_id),
+            "checkpoint_id": body.get("checkpoint_id", checkpoint_id),
+        }
+        status = resp.status_code
+        if status in (409, 412) or kind == "CheckpointConflict":
+            return CheckpointConflict(message, expected=body.get("expected"), actual=body.get("actual"), **ctx)
+        if status == 404 and kind in ("CheckpointNotFound", "ThreadNotFound"):
+            return CheckpointNotFound(message, **ctx)
+        if status == 422 and kind == "CheckpointCorrupt":
+            return CheckpointCorrupt(message, path=f"{self.base_url}{resp.request.url.raw_path.decode()}", **ctx)
+        if status == 400 and kind == "InvalidThreadId":
+            return InvalidThreadId(message, **ctx)
+        if status == 400:
+            return UserError(f"server refused the request to {action}: {message}", **ctx)
+        if status == 501:
+            return CapabilityNotSupported(type(self).__name__, str(body.get("capability", "?")), action)
+        return BackendUnavailable(
+            f"HTTPCheckpointer could not {action}: HTTP {status} {message}".rstrip(),
+            path=str(resp.request.url), **ctx,
+        )
+
+    async def discover(self) -> Capabilities:
+        """Ask the server what it supports (``GET /capabilities``); plain servers support none."""
+        resp = await self._request("GET", "/capabilities", action="discover capabilities")
+        if resp.status_code == 200:
+            data = orjson.loads(resp.content)
+            names = set(data.get("capabilities") or [])
+            self._extensions = bool(data.get("extensions"))
+            if not self._fixed_caps:
+                known = {f for f in Capabilities.__dataclass_fields__}
+                self._caps = Capabilities(**{n: True for n in names & known})
+        elif resp.status_code in (404, 405):
+            self._extensions = False
+        else:
+            raise self._fail(resp, "discover capabilities")
+        return self._caps
+
+    async def _ext(self) -> bool:
+        if self._extensions is None:
+            await self.discover()
+        return bool(self._extensions)
+
+    async def _gate(self, capability: str, operation: str) -> None:
+        await self._ext()
+        self._require(capability, operation)
+
+    @staticmethod
+    def _t(thread_id: str) -> str:
+        return f"/threads/{segment(validate_thread_id(thread_id))}"
+
+    # -- contract -----------------------------------------------------------------------------
+    async def save(
+        self,
+        state: AgentState,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        expected_parent: str | None = None,
+    ) -> str:
+        path = self._t(thread_id) + "/checkpoints"
+        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
+        headers = {"content-type": "application/json"}
+        if expected_parent is not None:
+            if not await self._ext():
+                raise CapabilityNotSupported(type(self).__name__, "compare_and_swap", "save(expected_parent=...)")
+            if expected_parent:
+                headers["if-match"] = f'"{quote(expected_parent, safe="")}"'
+            else:
+                headers["if-none-match"] = "*"
+        body = encode_envelope(cid, thread_id, utcnow(), state, dict(metadata or {}))
+        resp = await self._request("POST", path, action="save a checkpoint", content=body, headers=headers)
+        if resp.status_code >= 300:
+            raise self._fail(resp, "save a checkpoint", thread_id, cid)
+        try:
+            returned = orjson.loads(resp.content).get("checkpoint_id") if resp.content else None
+        except (orjson.JSONDecodeError, AttributeError):
+            returned = None
+        return str(returned or cid)
+
+    def _parse(self, body: bytes, thread_id: str, checkpoint_id: str, url: str) -> Checkpoint:
+        """An envelope (any key order) or a bare state, as the protocol allows either."""
+        if body.startswith(b'{"checkpoint_id"'):
+            ckpt = decode_envelope(body, where=url, thread_id=thread_id)
+        else:
+            try:
+                obj = orjson.loads(body)
+            except orjson.JSONDecodeError as e:
+                raise CheckpointCorrupt(f"invalid JSON: {e}", path=url, thread_id=thread_id) from e
+            if not isinstance(obj, dict):
+                raise CheckpointCorrupt("not a JSON object", path=url, thread_id=thread_id)
+            if "state" in obj and "checkpoint_id" in obj and "created_at" in obj:
+                ckpt = decode_envelope(body, where=url, thread_id=thread_id)
+            else:
+                raw = obj.get("state", obj)
+                try:
+                    state = AgentState.model_validate(raw)
+                    created = parse_datetime(obj["created_at"]) if "created_at" in obj else state.updated_at
+                except (ValueError, TypeError) as e:
+                    raise CheckpointCorrupt(f"not a checkpoint: {e}", path=url, thread_id=thread_id) from e
+                meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+                ckpt = Checkpoint(checkpoint_id, thread_id, created, state, meta or {})
+        ckpt.thread_id = thread_id
+        return ckpt
+
+    async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        if checkpoint_id is None:
+            if await self._ext():
+                path = self._t(thread_id) + "/latest"
+                resp = await self._request("GET", path, action="load the latest checkpoint")
+                if resp.status_code == 404 and b"ThreadNotFound" in resp.content:
+                    return None
+                if resp.status_code != 200:
+                    raise self._fail(resp, "load the latest checkpoint", thread_id)
+                return self._parse(resp.content, thread_id, "", f"{self.base_url}{path}")
+            ids = await self.list_checkpoints(thread_id, limit=1)
+            if not ids:
+                return None
+            checkpoint_id = ids[0]
+        validate_checkpoint_id(checkpoint_id, thread_id)
+        path = f"{self._t(thread_id)}/checkpoints/{segment(checkpoint_id)}"
+        resp = await self._request("GET", path, action="load a checkpoint")
+        if resp.status_code == 404:
+            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
+        if resp.status_code != 200:
+            raise self._fail(resp, "load a checkpoint", thread_id, checkpoint_id)
+        return self._parse(resp.content, thread_id, checkpoint_id, f"{self.base_url}{path}")
+
+    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
+        ckpt = await self.load_checkpoint(thread_id, checkpoint_id)
+        return ckpt.state if ckpt else None
+
+    async def _list(self, thread_id: str, limit: int) -> list[Any]:
+        path = self._t(thread_id) + "/checkpoints"
+        resp = await self._request("GET", path, action="list checkpoints", params={"limit": limit})
+        if resp.status_code != 200:
+            raise self._fail(resp, "list checkpoints", thread_id)
+        try:
+            data = orjson.loads(resp.content)
+        except orjson.JSONDecodeError as e:
+            raise BackendUnavailable(f"HTTPCheckpointer got a non-JSON listing: {e}", path=path) from e
+        if isinstance(data, dict):
+            data = data.get("checkpoints", data.get("data", []))
+        if not isinstance(data, list):
+            raise BackendUnavailable("HTTPCheckpointer got a listing that is not a list", path=path)
+        return data[:limit]
+
+    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+        return [e if isinstance(e, str) else str(e["checkpoint_id"]) for e in await self._list(thread_id, limit)]
+
+    async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
+        entries = await self._list(thread_id, limit)
+        if all(isinstance(e, dict) and "created_at" in e for e in entries):
+            return [
+                CheckpointInfo(str(e["checkpoint_id"]), thread_id, parse_datetime(e["created_at"]),
+                               dict(e.get("metadata") or {}))
+                for e in entries
+            ]
+        return await super().list_checkpoint_infos(thread_id, limit)
+
+    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        path = self._t(thread_id) + "/checkpoints"
+        if checkpoint_id is not None:
+            path += "/" + segment(validate_checkpoint_id(checkpoint_id, thread_id))
+        resp = await self._request("DELETE", path, action="delete")
+        if resp.status_code == 404:
+            return False
+        if resp.status_code >= 300:
+            raise self._fail(resp, "delete", thread_id, checkpoint_id)
+        return True
+
+    async def health_check(self) -> bool:
+        """Whether ``GET /health`` answers below 400 (a probe: never raises for an outage)."""
+        try:
+            resp = await self._request("GET", "/health", action="check health")
+        except BackendUnavailable:
+            return False
+        return bool(resp.status_code < 400)
+
+    async def close(self) -> None:
+        clients = list(self._clients.items())
+        self._clients.clear()
+        current = asyncio.get_running_loop()
+        for loop, client in clients:
+            if loop is current:
+                await client.aclose()
+
+    async def __aenter__(self) -> HTTPCheckpointer:
+        await self.discover()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- capability-gated operations (tulip_nb extensions) ------------------------------------
+    async def _get_json(self, path: str, action: str, thread_id: str | None = None, **params: Any) -> Any:
+        resp = await self._request("GET", path, action=action, params=params)
+        if resp.status_code != 200:
+            raise self._fail(resp, action, thread_id)
+        return orjson.loads(resp.content)
+
+    async def _post_json(self, path: str, action: str, payload: dict[str, Any], thread_id: str | None = None) -> Any:
+        resp = await self._request("POST", path, action=action, content=orjson.dumps(payload),
+                                   headers={"content-type": "application/json"})
+        if resp.status_code >= 300:
+            raise self._fail(resp, action, thread_id)
+        return orjson.loads(resp.content)
+
+    async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
+        await self._gate("list_threads", "list_threads")
+        data = await self._get_json("/threads", "list threads", limit=limit, pattern=pattern)
+        return [str(t) for t in data["threads"]]
+
+    async def list_with_metadata(self, limit: int = 100) -> list[dict[str, Any]]:
+        await self._gate("list_with_metadata", "list_with_metadata")
+        return list((await self._get_json("/threads-with-metadata", "list threads", limit=limit))["threads"])
+
+    async def get_metadata(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any] | None:
+        await self._gate("metadata_query", "get_metadata")
+        params = {"checkpoint_id": checkpoint_id} if checkpoint_id is not None else {}
+        data = await self._get_json(self._t(thread_id) + "/metadata", "read metadata", thread_id, **params)
+        meta = data.get("metadata")
+        return dict(meta) if isinstance(meta, dict) else None
+
+    async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
+        await self._gate("metadata_query", "query_by_metadata")
+        data = await self._get_json("/metadata-query", "query metadata", key=key,
+                                    value=orjson.dumps(value).decode(), limit=limit)
+        return list(data["checkpoints"])
+
+    async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
+        await self._gate("search", "search")
+        return list((await self._get_json("/search", "search", q=query, limit=limit))["hits"])
+
+    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
+        await self._gate("branching", "copy_thread")
+        validate_thread_id(dest_thread_id)
+        data = await self._post_json(self._t(source_thread_id) + "/copy", "copy a thread",
+                                     {"dest_thread_id": dest_thread_id}, source_thread_id)
+        return bool(data.get("copied", True))
+
+    async def vacuum(self, older_than_days: float = 30) -> int:
+        await self._gate("vacuum", "vacuum")
+        data = await self._post_json("/vacuum", "vacuum", {"older_than_days": older_than_days})
+        return int(data["removed"])

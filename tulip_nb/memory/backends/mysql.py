@@ -1,0 +1,331 @@
+"""MySQLBackend: tulip's key-value layout in one MySQL / MariaDB table (Connector/Python asyncio).
+
+The table has tulip's columns, so a tulip agent and tulip_nb share it::
+
+    CREATE TABLE `<table>` (
+        thread_id     VARCHAR(768) PRIMARY KEY,   -- the logical key ("ticket-42:<cid>")
+        checkpoint_id VARCHAR(128),
+        data          JSON NOT NULL,               -- LONGTEXT + JSON_VALID check on MariaDB
+        created_at    TIMESTAMP(6), updated_at TIMESTAMP(6),   -- naive UTC
+        metadata      JSON NULL                    -- the save metadata on checkpoint rows
+    ) DEFAULT CHARSET=utf8mb4
+
+Two differences from the table tulip creates, both invisible to it: the key is
+``VARCHAR(768)`` (tulip: 512, too short for a long thread id plus ``:<checkpoint id>``) and compares
+bytes (``utf8mb4_bin``; tulip's ``utf8mb4_unicode_ci`` makes ``"Case"`` and ``"case"`` — or
+``"é"`` and ``"e"`` — the same thread). On a table tulip created, keys longer than its column
+raise :class:`~tulip_nb.core.errors.InvalidThreadId`.
+
+A save is one transaction (READ COMMITTED) that holds the row lock of the thread's index row,
+writes the record, copies it into ``:latest`` with ``INSERT … SELECT`` and rewrites the index.
+
+MariaDB with the asyncio connector needs ``ssl_disabled=True`` (pass it as a keyword or in the
+DSN: ``mysql://root@host:3306/db?ssl_disabled=true``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, unquote, urlparse
+
+import orjson
+
+from tulip_nb.core.errors import BackendUnavailable, InvalidThreadId, TulipNBError
+from tulip_nb.memory.backends._kv import EMPTY_INDEX, INDEX_SUFFIX, LATEST_SUFFIX, KVStore, Txn
+
+try:
+    from mysql.connector import errors as mysql_errors
+    from mysql.connector.aio import connect
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "MySQLBackend needs mysql-connector-python: pip install 'tulip_nb[mysql]'"
+    ) from e
+
+__all__ = ["MySQLBackend", "parse_mysql_dsn"]
+
+T = TypeVar("T")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_RETRY_ERRNOS = {1213, 1205}  # deadlock, lock wait timeout: the transaction is rolled back; re-run it
+_MAX_RETRIES = 20
+
+
+def parse_mysql_dsn(dsn: str) -> dict[str, Any]:
+    """``mysql://user:pass@host:port/db?opt=val`` -> Connector/Python keyword arguments."""
+    parsed = urlparse(dsn)
+    if parsed.scheme not in {"mysql", "mysql+connector"}:
+        raise ValueError("MySQL DSN must use the mysql:// scheme")
+    out: dict[str, Any] = {"host": parsed.hostname or "localhost", "port": parsed.port or 3306}
+    if parsed.username:
+        out["user"] = unquote(parsed.username)
+    if parsed.password:
+        out["password"] = unquote(parsed.password)
+    if parsed.path and parsed.path != "/":
+        out["database"] = unquote(parsed.path.lstrip("/"))
+    for key, value in parse_qsl(parsed.query, keep_blank_values=True):
+        low = value.lower()
+        out[key] = True if low in ("true", "1", "yes") else False if low in ("false", "0", "no") else value
+    return out
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _naive_utc() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class _Pool:
+    """A small connection pool that waits (never fails) when every connection is busy."""
+
+    def __init__(self, kwargs: dict[str, Any], max_size: int) -> None:
+        self._kwargs = kwargs
+        self._idle: list[Any] = []
+        self._sem = asyncio.Semaphore(max_size)
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[Any]:
+        async with self._sem:
+            conn = self._idle.pop() if self._idle else await connect(**self._kwargs)
+            keep = False
+            try:
+                yield conn
+                keep = True
+            except TulipNBError:
+                keep = True  # the body's own error (conflict, corrupt data): the connection is fine
+                raise
+            finally:
+                if keep:
+                    self._idle.append(conn)
+                else:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+
+class _MySQLTxn(Txn):
+    def __init__(self, backend: MySQLBackend, cur: Any, lock_key: str, locked: bytes | str | None) -> None:
+        super().__init__()
+        self._backend, self._cur = backend, cur
+        self._lock_key, self._locked = lock_key, locked
+
+    async def get(self, key: str) -> bytes | str | None:
+        if key == self._lock_key:
+            return self._locked
+        await self._cur.execute(self._backend._sql_select, (key,))
+        row = await self._cur.fetchone()
+        return row[0] if row else None
+
+
+class MySQLBackend(KVStore):
+    """Stores JSON values as rows of one MySQL / MariaDB table (see the module docstring)."""
+
+    backend_name = "MySQLBackend"
+    supports_metadata_query = True
+
+    def __init__(
+        self,
+        dsn: str = "mysql://root@localhost:3306/tulip",
+        *,
+        table_name: str = "checkpoints",
+        max_pool_size: int = 10,
+        charset: str = "utf8mb4",
+        collation: str = "utf8mb4_unicode_ci",
+        **connect_kwargs: Any,
+    ) -> None:
+        if not _IDENT.match(table_name):
+            raise ValueError(f"table_name {table_name!r} is not a plain SQL identifier")
+        self.dsn, self.table_name = dsn, table_name
+        self.table = f"`{table_name}`"
+        kwargs = {**parse_mysql_dsn(dsn), **connect_kwargs}
+        kwargs.setdefault("charset", charset)
+        kwargs.setdefault("collation", collation)
+        kwargs["autocommit"] = True  # plain reads see fresh data; writes use explicit transactions
+        self._charset, self._collation = charset, collation
+        self._pool = _Pool(kwargs, max_pool_size)
+        self._ready = False
+        self._key_width = 768
+        self._init_lock = asyncio.Lock()
+        t = self.table
+        cols = "(thread_id, checkpoint_id, data, created_at, updated_at, metadata)"
+        upsert = (" ON DUPLICATE KEY UPDATE checkpoint_id = VALUES(checkpoint_id), data = VALUES(data), "
+                  "updated_at = VALUES(updated_at), metadata = VALUES(metadata)")
+        self._sql_select = f"SELECT data FROM {t} WHERE thread_id = %s"
+        self._sql_put = f"INSERT INTO {t} {cols} VALUES (%s, %s, %s, %s, %s, %s)" + upsert
+        self._sql_copy = (f"INSERT INTO {t} {cols} SELECT %s, %s, data, %s, %s, '{{}}' FROM {t} "
+                          "WHERE thread_id = %s" + upsert)
+        self._sql_delete = f"DELETE FROM {t} WHERE thread_id = %s"
+
+    def __repr__(self) -> str:
+        return f"MySQLBackend(table={self.table_name!r})"
+
+    @contextlib.asynccontextmanager
+    async def _errors(self, key: str | None = None) -> AsyncIterator[None]:
+        try:
+            yield
+        except (OSError, mysql_errors.InterfaceError, mysql_errors.OperationalError) as e:
+            raise BackendUnavailable(f"MySQLBackend: cannot reach MySQL: {e}", path=key) from e
+        except mysql_errors.Error as e:
+            raise BackendUnavailable(f"MySQLBackend: the server refused the operation: {e}", path=key) from e
+
+    @contextlib.asynccontextmanager
+    async def _cursor(self, key: str | None = None) -> AsyncIterator[Any]:
+        await self._ensure()
+        async with self._errors(key), self._pool.acquire() as conn:
+            cur = await conn.cursor(buffered=True)
+            try:
+                yield cur
+            finally:
+                await cur.close()
+
+    # -- DDL ----------------------------------------------------------------------------------
+    async def setup(self) -> None:
+        """Create the table and its index now (idempotent), instead of on first use."""
+        await self._ensure()
+
+    async def _ensure(self) -> None:
+        if self._ready:
+            return
+        async with self._init_lock:
+            if self._ready:
+                return
+            async with self._errors(), self._pool.acquire() as conn:
+                cur = await conn.cursor(buffered=True)
+                try:
+                    await cur.execute(
+                        f"""CREATE TABLE IF NOT EXISTS {self.table} (
+                            thread_id VARCHAR(768) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PRIMARY KEY,
+                            checkpoint_id VARCHAR(128),
+                            data JSON NOT NULL,
+                            created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+                            updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+                                ON UPDATE CURRENT_TIMESTAMP(6),
+                            metadata JSON NULL,
+                            KEY `idx_{self.table_name[:52]}_updated` (updated_at DESC)
+                        ) ENGINE=InnoDB DEFAULT CHARSET={self._charset} COLLATE={self._collation}"""
+                    )
+                    await cur.execute(
+                        "SELECT CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS "
+                        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = 'thread_id'",
+                        (self.table_name,),
+                    )
+                    row = await cur.fetchone()
+                    if row and row[0]:
+                        self._key_width = int(row[0])
+                finally:
+                    await cur.close()
+            self._ready = True
+
+    def _check_key(self, key: str) -> None:
+        if len(key) > self._key_width:
+            raise InvalidThreadId(
+                f"key is {len(key)} characters; the table's thread_id column holds {self._key_width}",
+                path=key[:60] + "...",
+            )
+
+    async def close(self) -> None:
+        await self._pool.close()
+        self._ready = False
+
+    # -- KVStore ------------------------------------------------------------------------------
+    async def get(self, key: str) -> bytes | str | None:
+        if len(key) > self._key_width:
+            return None
+        async with self._cursor(key) as cur:
+            await cur.execute(self._sql_select, (key,))
+            row = await cur.fetchone()
+        return row[0] if row else None
+
+    async def get_many(self, keys: list[str]) -> list[bytes | str | None]:
+        found: dict[str, Any] = {}
+        async with self._cursor() as cur:
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                marks = ", ".join(["%s"] * len(chunk))
+                await cur.execute(f"SELECT thread_id, data FROM {self.table} WHERE thread_id IN ({marks})",
+                                  tuple(chunk))
+                for tid, data in await cur.fetchall():
+                    found[_text(tid)] = data
+        return [found.get(k) for k in keys]
+
+    async def transact(self, lock_key: str, body: Callable[[Txn], Awaitable[T]]) -> T:
+        await self._ensure()
+        self._check_key(lock_key)
+        for attempt in range(_MAX_RETRIES):
+            try:
+                async with self._cursor(lock_key) as cur:
+                    return await self._transact_once(cur, lock_key, body)
+            except BackendUnavailable as e:
+                cause = e.__cause__
+                if getattr(cause, "errno", None) in _RETRY_ERRNOS and attempt < _MAX_RETRIES - 1:
+                    await asyncio.sleep(0.005 * (attempt + 1))
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    async def _transact_once(self, cur: Any, lock_key: str, body: Callable[[Txn], Awaitable[T]]) -> T:
+        await cur.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        await cur.execute("START TRANSACTION")
+        try:
+            now = _naive_utc()
+            await cur.execute(
+                f"INSERT INTO {self.table} (thread_id, checkpoint_id, data, created_at, updated_at, metadata) "
+                "VALUES (%s, %s, %s, %s, %s, '{}') ON DUPLICATE KEY UPDATE thread_id = thread_id",
+                (lock_key, uuid.uuid4().hex, EMPTY_INDEX.decode(), now, now),
+            )
+            created = cur.rowcount == 1
+            locked = None
+            if not created:
+                await cur.execute(self._sql_select + " FOR UPDATE", (lock_key,))
+                row = await cur.fetchone()
+                locked = row[0] if row else None
+            txn = _MySQLTxn(self, cur, lock_key, locked)
+            result = await body(txn)
+            for op, key, value, meta in txn.ops:
+                if op == "put":
+                    self._check_key(key)
+                    now = _naive_utc()
+                    await cur.execute(self._sql_put, (key, uuid.uuid4().hex, _text(value), now, now, _text(meta)))
+                elif op == "copy":
+                    self._check_key(value)
+                    now = _naive_utc()
+                    await cur.execute(self._sql_copy, (value, uuid.uuid4().hex, now, now, key))
+                else:
+                    await cur.execute(self._sql_delete, (key,))
+            if created and not any(k == lock_key for _, k, *_ in txn.ops):
+                await cur.execute(self._sql_delete, (lock_key,))
+            await cur.execute("COMMIT")
+            return result
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await cur.execute("ROLLBACK")
+            raise
+
+    async def index_keys(self) -> list[str]:
+        async with self._cursor() as cur:
+            await cur.execute(f"SELECT thread_id FROM {self.table} WHERE RIGHT(thread_id, %s) = %s",
+                              (len(INDEX_SUFFIX), INDEX_SUFFIX))
+            return [_text(r[0]) for r in await cur.fetchall()]
+
+    async def metadata_candidates(self, key: str, value: Any, limit: int) -> list[str]:
+        probe = orjson.dumps({key: value}).decode()
+        async with self._cursor() as cur:
+            await cur.execute(
+                f"SELECT thread_id FROM {self.table} "
+                "WHERE (JSON_CONTAINS(metadata, %s) OR JSON_CONTAINS(data, %s, '$.metadata')) "
+                "AND JSON_EXISTS(data, '$._checkpoint_id') AND RIGHT(thread_id, %s) <> %s "
+                "ORDER BY created_at DESC LIMIT %s",
+                (probe, probe, len(LATEST_SUFFIX), LATEST_SUFFIX, limit),
+            )
+            return [_text(r[0]) for r in await cur.fetchall()]

@@ -1,0 +1,161 @@
+"""RedisBackend: tulip's key-value layout on Redis (redis-py asyncio).
+
+Every logical key is stored as a Redis string ``<prefix><key>`` holding compact JSON (default
+prefix ``tulip:state:``, as in tulip). A save is one ``WATCH <index>`` / ``MULTI`` / ``EXEC``: if
+another process changes the thread's index between our read and our write, Redis aborts the
+``EXEC`` and the save re-runs (and a compare-and-swap save then sees the new latest and raises
+:class:`~tulip_nb.core.errors.CheckpointConflict`). ``:latest`` is written with ``COPY``, server
+side, so the state's bytes cross the network once.
+
+With ``ttl_seconds`` every key of a thread expires together, ``ttl_seconds`` after the thread's
+last save (tulip sets the TTL per key, so its older checkpoints expire while its index still lists
+them).
+
+Use it through the factory::
+
+    from tulip_nb.memory.backends import redis_checkpointer
+    cp = redis_checkpointer(url="redis://localhost:6379/0", ttl_seconds=86_400)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from tulip_nb.core.errors import BackendUnavailable
+from tulip_nb.memory.backends._kv import INDEX_SUFFIX, KVStore, Txn, parse_index
+
+try:
+    import redis.asyncio as aioredis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import RedisError, WatchError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "RedisBackend needs the 'redis' package: pip install 'tulip_nb[redis]'"
+    ) from e
+
+__all__ = ["RedisBackend"]
+
+T = TypeVar("T")
+_MAX_RETRIES = 1000
+
+
+def _glob_escape(text: str) -> str:
+    """Escape Redis MATCH pattern characters so ``text`` matches literally."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class _RedisTxn(Txn):
+    def __init__(self, pipe: Any, prefix: str) -> None:
+        super().__init__()
+        self._pipe = pipe
+        self._prefix = prefix
+
+    async def get(self, key: str) -> bytes | None:
+        value: bytes | None = await self._pipe.get(self._prefix + key)
+        return value
+
+
+class RedisBackend(KVStore):
+    """Stores JSON values under ``<prefix><key>`` in one Redis database."""
+
+    backend_name = "RedisBackend"
+
+    def __init__(
+        self,
+        url: str = "redis://localhost:6379",
+        *,
+        prefix: str = "tulip:state:",
+        ttl_seconds: int | None = None,
+        socket_timeout: float = 10.0,
+        **client_kwargs: Any,
+    ) -> None:
+        if ttl_seconds is not None and ttl_seconds <= 0:
+            raise ValueError("ttl_seconds must be positive (or None for no expiry)")
+        self.url = url
+        self.prefix = prefix
+        self.ttl_seconds = ttl_seconds
+        # a blocking pool: under a burst of concurrent saves, wait for a connection, never fail
+        client_kwargs.setdefault("max_connections", 64)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
+            timeout=socket_timeout, **client_kwargs
+        )
+        self._client = aioredis.Redis.from_pool(pool)
+
+    def __repr__(self) -> str:
+        return f"RedisBackend(url={self.url!r}, prefix={self.prefix!r}, ttl_seconds={self.ttl_seconds})"
+
+    @contextlib.asynccontextmanager
+    async def _errors(self, key: str | None = None) -> AsyncIterator[None]:
+        try:
+            yield
+        except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+            raise BackendUnavailable(f"RedisBackend: cannot reach Redis at {self.url}: {e}", path=key) from e
+        except WatchError:
+            raise
+        except RedisError as e:
+            raise BackendUnavailable(f"RedisBackend: Redis refused the operation: {e}", path=key) from e
+
+    async def get(self, key: str) -> bytes | None:
+        async with self._errors(key):
+            value: bytes | None = await self._client.get(self.prefix + key)
+            return value
+
+    async def get_many(self, keys: list[str]) -> list[bytes | str | None]:
+        if not keys:
+            return []
+        async with self._errors():
+            values: list[bytes | str | None] = await self._client.mget([self.prefix + k for k in keys])
+            return values
+
+    async def transact(self, lock_key: str, body: Callable[[Txn], Awaitable[T]]) -> T:
+        p = self.prefix
+        async with self._errors(lock_key), self._client.pipeline(transaction=True) as pipe:
+            for _ in range(_MAX_RETRIES):
+                try:
+                    await pipe.watch(p + lock_key)
+                    txn = _RedisTxn(pipe, p)
+                    result = await body(txn)
+                    pipe.multi()
+                    self._queue(pipe, txn.ops, lock_key)
+                    await pipe.execute()
+                    return result
+                except WatchError:
+                    continue
+                finally:
+                    await pipe.reset()
+        raise BackendUnavailable(f"RedisBackend: {lock_key} kept changing; gave up after {_MAX_RETRIES} tries")
+
+    def _queue(self, pipe: Any, ops: list[tuple[str, str, Any, Any]], lock_key: str) -> None:
+        p, ttl = self.prefix, self.ttl_seconds
+        for op, key, value, _meta in ops:
+            if op == "put":
+                pipe.set(p + key, value, ex=ttl)
+            elif op == "copy":
+                pipe.copy(p + key, p + value, replace=True)
+                if ttl:
+                    pipe.expire(p + value, ttl)
+            else:
+                pipe.delete(p + key)
+        if ttl and lock_key.endswith(INDEX_SUFFIX) and any(op != "delete" for op, *_ in ops):
+            # keep the whole thread alive together: refresh every record the index lists
+            thread = lock_key[: -len(INDEX_SUFFIX)]
+            written = {k for op, k, *_ in ops}
+            for op, key, value, _meta in ops:
+                if op == "put" and key == lock_key:
+                    for e in parse_index(value, where=key):
+                        rk = f"{thread}:{e.checkpoint_id}"
+                        if rk not in written:
+                            pipe.expire(p + rk, ttl)
+
+    async def index_keys(self) -> list[str]:
+        match = _glob_escape(self.prefix) + "*" + INDEX_SUFFIX
+        n = len(self.prefix)
+        async with self._errors():
+            return [k.decode()[n:] async for k in self._client.scan_iter(match=match, count=1000)]
+
+    async def close(self) -> None:
+        await self._client.aclose()

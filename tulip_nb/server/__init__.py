@@ -1,0 +1,31 @@
+"""ASGI servers. Imported lazily: ``import tulip_nb.server`` pulls in no web stack until a name is used.
+
+- :func:`checkpoint_app`: any checkpointer over tulip's HTTP checkpoint protocol.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["checkpoint_app"]
+
+# name -> module (import on first use: starlette is an optional dependency, ``tulip_nb[server]``)
+_LAZY: dict[str, str] = {
+    "checkpoint_app": "tulip_nb.server.checkpoint_app",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"tulip_nb.server.{name} needs starlette: pip install 'tulip_nb[server]'") from e
+    value = getattr(mod, name)
+    # Importing the submodule ``checkpoint_app`` bound the *module* under that name on this
+    # package; bind the function instead, so later lookups skip __getattr__ and get the right thing.
+    globals()[name] = value
+    return value
