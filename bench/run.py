@@ -1,0 +1,589 @@
+"""Checkpointer benchmark: tulip_nb beside tulip-agents and beside the raw-I/O floor.
+
+    python -m bench                      # every section
+    python -m bench --quick              # fewer repetitions (a smoke run, ~1 min)
+    python -m bench --section checkpoint # or: conversation
+
+Sections
+--------
+``checkpoint``  one save / one load at 20, 200 and 2000 messages (prefixes of the BENCH.md
+                conversation): tulip_nb FileCheckpointer and MemoryCheckpointer, tulip-agents'
+                FileCheckpointer and MemoryCheckpointer on the same conversation (as tulip
+                objects), and the floors (orjson dumps; + write + rename; + fsync; read + orjson
+                loads). Medians of interleaved repetitions after a warm-up; ratios are taken
+                inside this run only (the machine is 2 shared, noisy cores).
+``conversation`` the 2000-message conversation saved after every iteration (one save per model
+                call) by tulip_nb and by tulip-agents: total seconds, first vs last 50 saves,
+                bytes on disk, then "load latest" with all those checkpoints in the thread.
+
+Everything is written under a fresh ``tempfile.mkdtemp()`` directory that is removed at the end.
+LangGraph is measured only when it is installed (see :func:`_langgraph_peer`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.workload import (
+    SIZES,
+    build_conversation,
+    build_state,
+    conversation_stats,
+    iteration_ends,
+    to_tulip_messages,
+    to_tulip_state,
+)
+from tulip_nb.core import AgentState, state_json_bytes
+from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
+
+Case = Callable[[], Awaitable[float]]
+"""One measurement: does its own untimed setup, returns the seconds of the timed part."""
+
+MANY = 936  # checkpoints already in the thread for the "many checkpoints" load (BENCH.md)
+TULIP_BUDGET_S = 60.0  # the conversation section's bound on tulip-agents' run
+FALLBACK_MESSAGES = 500
+
+
+# -- timing ---------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    def median_ms(self, name: str) -> float | None:
+        s = self.samples.get(name)
+        return statistics.median(s) * 1e3 if s else None
+
+
+async def measure(cases: dict[str, Case], reps: int, warmup: int = 2) -> Result:
+    """Run every case ``warmup + reps`` times, interleaved and in a rotating order.
+
+    Interleaving spreads the machine's noise over all cases alike, so the ratios of medians taken
+    in one run are stable even when absolute times drift.
+    """
+    res = Result({name: [] for name in cases})
+    names = list(cases)
+    for rep in range(warmup + reps):
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            gc.collect()
+            dt = await cases[name]()
+            if rep >= warmup:
+                res.samples[name].append(dt)
+    return res
+
+
+def _timed_sync(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+# -- floors ---------------------------------------------------------------------------------------
+class Floor:
+    """What the bytes alone cost: orjson encode/decode and the file-system calls, nothing else."""
+
+    def __init__(self, directory: Path, envelope: dict[str, Any]) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.obj = envelope
+        self.n = 0
+        self.last: Path | None = None
+
+    def dumps(self) -> bytes:
+        return orjson.dumps(self.obj)
+
+    def write(self, fsync: bool) -> None:
+        data = orjson.dumps(self.obj)
+        self.n += 1
+        path = self.dir / f"{self.n:06d}.json"
+        tmp = self.dir / f".{self.n:06d}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        self.last = path
+
+    def read(self) -> Any:
+        assert self.last is not None
+        with open(self.last, "rb") as f:
+            return orjson.loads(f.read())
+
+
+# -- section: checkpoint --------------------------------------------------------------------------
+def _tulip_classes() -> tuple[Any, Any]:
+    from tulip.memory.backends.file import FileCheckpointer as TulipFile
+    from tulip.memory.backends.memory import MemoryCheckpointer as TulipMemory
+
+    return TulipFile, TulipMemory
+
+
+async def _fill_many(nb_dir: Path, tulip_dir: Path, thread: str, count: int) -> None:
+    """``count`` older checkpoints (the 20-message prefix) in a thread, for both libraries.
+
+    Finding the latest costs per file (a listing plus a head read), not per byte, so small older
+    checkpoints stand in for the growing ones of a real conversation without writing 700 MB.
+    """
+    TulipFile, _ = _tulip_classes()
+    small = build_state(20)
+    small_t = to_tulip_state(small)
+    nb = FileCheckpointer(nb_dir, fsync=False)
+    tf = TulipFile(tulip_dir)
+    for _ in range(count):
+        await nb.save(small, thread)
+        await tf.save(small_t, thread)
+
+
+async def _checkpoint_size(
+    tmp: Path, n: int, reps: int, rows: dict[str, dict[int, float | None]], sizes_bytes: dict[str, dict[int, int]]
+) -> None:
+    """Measure every case at ``n`` messages into ``rows`` (case -> size -> median ms)."""
+    TulipFile, TulipMemory = _tulip_classes()
+    root = tmp / f"ck{n}"
+    root.mkdir()
+    warm = build_state(n)
+    warm_t = to_tulip_state(warm)
+    state_json_bytes(warm)  # the agent saved these messages before: their bytes are cached
+    env = FileCheckpointer(root / "probe", fsync=False)
+    cid = await env.save(warm, "t")
+    envelope_bytes = (env.checkpoint_path("t", cid)).read_bytes()
+    envelope = orjson.loads(envelope_bytes)
+    sizes_bytes["tulip_nb file"][n] = len(envelope_bytes)
+
+    nb_sync = FileCheckpointer(root / "nb_sync")
+    nb_nosync = FileCheckpointer(root / "nb_nosync", fsync=False)
+    nb_cold = FileCheckpointer(root / "nb_cold", fsync=False)
+    nb_cold_sync = FileCheckpointer(root / "nb_cold_sync")
+    nb_mem = MemoryCheckpointer()
+    t_file = TulipFile(root / "tulip")
+    t_mem = TulipMemory()
+    floor = Floor(root / "floor", envelope)
+
+    # load fixtures: one checkpoint per thread (and, at 2000, a thread with MANY older ones)
+    await FileCheckpointer(root / "nb_load").save(warm, "t")
+    await TulipFile(root / "tulip_load").save(warm_t, "t")
+    await nb_mem.save(warm, "t")
+    await t_mem.save(warm_t, "t")
+    floor.write(fsync=False)
+    tulip_file = next((root / "tulip_load" / "t").glob("*.json"))
+    sizes_bytes["tulip file"][n] = tulip_file.stat().st_size
+    many = n == SIZES[-1]
+    if many:
+        await _fill_many(root / "nb_many", root / "tulip_many", "t", MANY - 1)
+        await FileCheckpointer(root / "nb_many").save(warm, "t")
+        await TulipFile(root / "tulip_many").save(warm_t, "t")
+
+    async def timed(coro_fn: Callable[[], Awaitable[Any]]) -> float:
+        t0 = time.perf_counter()
+        await coro_fn()
+        return time.perf_counter() - t0
+
+    async def cold_save(cp: FileCheckpointer) -> float:
+        fresh = build_state(n)  # new Message objects: nothing cached (untimed)
+        return await timed(lambda: cp.save(fresh, "t"))
+
+    async def nb_load(d: str) -> float:
+        cp = FileCheckpointer(root / d)  # a fresh instance: no head cache, as in a new process
+        return await timed(lambda: cp.load("t"))
+
+    async def tulip_load(d: str) -> float:
+        cp = TulipFile(root / d)
+        return await timed(lambda: cp.load("t"))
+
+    async def sync_case(fn: Callable[[], Any]) -> float:
+        return _timed_sync(fn)
+
+    cases: dict[str, Case] = {
+        "nb file save (fsync=False)": lambda: timed(lambda: nb_nosync.save(warm, "t")),
+        "nb file save (fsync=True, default)": lambda: timed(lambda: nb_sync.save(warm, "t")),
+        "nb file save cold (fsync=False)": lambda: cold_save(nb_cold),
+        "nb file save cold (fsync=True)": lambda: cold_save(nb_cold_sync),
+        # a fresh store per save, so saved copies do not pile up on the heap (and in gc's way)
+        "nb memory save": lambda: timed(lambda: MemoryCheckpointer().save(warm, "s")),
+        "tulip file save": lambda: timed(lambda: t_file.save(warm_t, "t")),
+        "tulip memory save": lambda: timed(lambda: TulipMemory().save(warm_t, "s")),
+        "floor dumps": lambda: sync_case(floor.dumps),
+        "floor dumps+write+rename": lambda: sync_case(lambda: floor.write(False)),
+        "floor dumps+write+fsync+rename": lambda: sync_case(lambda: floor.write(True)),
+        "nb file load latest": lambda: nb_load("nb_load"),
+        "nb memory load": lambda: timed(lambda: nb_mem.load("t")),
+        "tulip file load latest": lambda: tulip_load("tulip_load"),
+        "tulip memory load": lambda: timed(lambda: t_mem.load("t")),
+        "floor read+loads": lambda: sync_case(floor.read),
+        "floor loads": lambda: sync_case(lambda: orjson.loads(envelope_bytes)),
+    }
+    if many:
+        cases["nb file load latest, 936 ckpts"] = lambda: nb_load("nb_many")
+        cases["tulip file load latest, 936 ckpts"] = lambda: tulip_load("tulip_many")
+    res = await measure(cases, reps)
+    for name in cases:
+        rows.setdefault(name, {})[n] = res.median_ms(name)
+    shutil.rmtree(root)
+    print(f"  checkpoint: {n} messages done", file=sys.stderr)
+
+
+async def section_checkpoint(tmp: Path, reps_for: Callable[[int], int], out: list[str]) -> dict[str, Any]:
+    rows: dict[str, dict[int, float | None]] = {}
+    sizes_bytes: dict[str, dict[int, int]] = {"tulip_nb file": {}, "tulip file": {}}
+
+    for n in SIZES:
+        await _checkpoint_size(tmp, n, reps_for(n), rows, sizes_bytes)
+
+    out.extend(_checkpoint_table(rows, sizes_bytes))
+    return {"rows": rows, "bytes": sizes_bytes}
+
+
+# (row label, case name, floor case, tulip case)
+_SAVE_ROWS = [
+    (
+        "**tulip_nb File save**, messages saved before, fsync=False",
+        "nb file save (fsync=False)",
+        "floor dumps+write+rename",
+        "tulip file save",
+    ),
+    (
+        "tulip_nb File save, messages saved before, fsync=True (default)",
+        "nb file save (fsync=True, default)",
+        "floor dumps+write+fsync+rename",
+        "tulip file save",
+    ),
+    (
+        "tulip_nb File save, fresh messages (cold), fsync=False",
+        "nb file save cold (fsync=False)",
+        "floor dumps+write+rename",
+        "tulip file save",
+    ),
+    (
+        "tulip_nb File save, fresh messages (cold), fsync=True",
+        "nb file save cold (fsync=True)",
+        "floor dumps+write+fsync+rename",
+        "tulip file save",
+    ),
+    ("tulip_nb Memory save", "nb memory save", "floor dumps", "tulip memory save"),
+    ("tulip-agents File save (pretty JSON, no fsync)", "tulip file save", "floor dumps+write+rename", None),
+    ("tulip-agents Memory save", "tulip memory save", "floor dumps", None),
+    ("floor: orjson dumps", "floor dumps", None, None),
+    ("floor: dumps + write + rename", "floor dumps+write+rename", None, None),
+    ("floor: dumps + write + fsync + rename", "floor dumps+write+fsync+rename", None, None),
+]
+_LOAD_ROWS = [
+    (
+        "**tulip_nb File load latest** (fresh instance, 1 checkpoint)",
+        "nb file load latest",
+        "floor read+loads",
+        "tulip file load latest",
+    ),
+    (
+        "tulip_nb File load latest, 936 checkpoints in the thread",
+        "nb file load latest, 936 ckpts",
+        "floor read+loads",
+        "tulip file load latest, 936 ckpts",
+    ),
+    ("tulip_nb Memory load", "nb memory load", "floor loads", "tulip memory load"),
+    ("tulip-agents File load latest (1 checkpoint)", "tulip file load latest", "floor read+loads", None),
+    ("tulip-agents File load latest, 936 checkpoints", "tulip file load latest, 936 ckpts", "floor read+loads", None),
+    ("tulip-agents Memory load", "tulip memory load", "floor loads", None),
+    ("floor: read + orjson loads", "floor read+loads", None, None),
+    ("floor: orjson loads (bytes in memory)", "floor loads", None, None),
+]
+
+
+def _fmt_ms(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 100 else f"{v:.0f}"
+
+
+def _checkpoint_table(rows: dict[str, dict[int, float | None]], sizes_bytes: dict[str, dict[int, int]]) -> list[str]:
+    big = SIZES[-1]
+    head = " | ".join(f"{n} msgs (ms)" for n in SIZES)
+    lines = [
+        f"| measure (median) | {head} | × floor @{big} | tulip ÷ this @{big} |",  # noqa: RUF001
+        "|---|" + "---:|" * (len(SIZES) + 2),
+    ]
+
+    def emit(spec: list[tuple[str, str, str | None, str | None]], title: str) -> None:
+        lines.append(f"| *{title}* |" + " |" * (len(SIZES) + 2))
+        for label, case, floor_case, tulip_case in spec:
+            vals = rows.get(case, {})
+            if not vals:
+                continue
+            v = vals.get(big)
+            fl = rows.get(floor_case, {}).get(big) if floor_case else None
+            tu = rows.get(tulip_case, {}).get(big) if tulip_case else None
+            ratio_f = f"{v / fl:.2f}× ({floor_case.removeprefix('floor ')})" if v and fl else ""  # noqa: RUF001
+            ratio_t = f"{tu / v:.1f}×" if v and tu else ""  # noqa: RUF001
+            cells = " | ".join(_fmt_ms(vals.get(n)) for n in SIZES)
+            lines.append(f"| {label} | {cells} | {ratio_f} | {ratio_t} |")
+
+    emit(_SAVE_ROWS, "save")
+    emit(_LOAD_ROWS, "load")
+    sizes = " | ".join(f"{sizes_bytes['tulip_nb file'][n]:,} / {sizes_bytes['tulip file'][n]:,}" for n in SIZES)
+    lines.append(f"| checkpoint file bytes, tulip_nb / tulip-agents | {sizes} | | |")
+    return lines
+
+
+# -- section: conversation ------------------------------------------------------------------------
+@dataclass
+class Run:
+    label: str
+    times: list[float]
+    disk_bytes: int
+    files: int
+    load_ms: float | None = None
+    messages: int = 0
+    stopped_early: bool = False
+
+    def row(self) -> str:
+        first = statistics.mean(self.times[:50]) * 1e3
+        last = statistics.mean(self.times[-50:]) * 1e3
+        load = _fmt_ms(self.load_ms) if self.load_ms is not None else "—"
+        return (
+            f"| {self.label} | {self.messages} | {len(self.times)} | {sum(self.times):.2f} | "
+            f"{first:.2f} | {last:.2f} | {self.disk_bytes / 1e6:.1f} MB ({self.files} files) | {load} |"
+        )
+
+
+def _disk(directory: Path) -> tuple[int, int]:
+    files = [p for p in directory.rglob("*.json") if p.is_file()]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+async def _median_load(make: Callable[[], Any], thread: str, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        cp = make()
+        gc.collect()
+        t0 = time.perf_counter()
+        await cp.load(thread)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+async def _nb_conversation(directory: Path, n: int, fsync: bool, label: str, load_reps: int) -> Run:
+    msgs = build_conversation(n)  # fresh: each message is serialised on its first save
+    state = AgentState(agent_id="bench-agent", metadata={"user_id": "u-42"})
+    cp = FileCheckpointer(directory, fsync=fsync)
+    times: list[float] = []
+    prev = 0
+    for end in iteration_ends(msgs):
+        state.messages.extend(msgs[prev:end])
+        state.iteration += 1
+        prev = end
+        t0 = time.perf_counter()
+        await cp.save(state, "conv")
+        times.append(time.perf_counter() - t0)
+    disk, files = _disk(directory)
+    load = await _median_load(lambda: FileCheckpointer(directory), "conv", load_reps)
+    return Run(label, times, disk, files, load, n)
+
+
+async def _tulip_conversation(directory: Path, n: int, budget_s: float | None, load_reps: int) -> Run:
+    from tulip.core.state import AgentState as TulipAgentState
+
+    TulipFile, _ = _tulip_classes()
+    msgs = to_tulip_messages(build_conversation(n))
+    ends = iteration_ends(build_conversation(n))
+    state = TulipAgentState(agent_id="bench-agent", metadata={"user_id": "u-42"})
+    cp = TulipFile(directory)
+    times: list[float] = []
+    stopped = False
+    for i, end in enumerate(ends, 1):
+        # tulip's AgentState is frozen with a tuple of messages: an agent makes a new state per
+        # step (``with_messages``), reusing the message objects; done here outside the timer
+        state = state.model_copy(update={"messages": tuple(msgs[:end]), "iteration": i})
+        t0 = time.perf_counter()
+        await cp.save(state, "conv")
+        times.append(time.perf_counter() - t0)
+        if budget_s is not None and sum(times) > budget_s:
+            stopped = True
+            break
+    disk, files = _disk(directory)
+    load = None if stopped else await _median_load(lambda: TulipFile(directory), "conv", load_reps)
+    return Run("tulip-agents FileCheckpointer (pretty JSON, no fsync)", times, disk, files, load, n, stopped)
+
+
+def _floor_conversation(directory: Path, n: int) -> tuple[Run, Run]:
+    """Two floors: rewrite the whole thread per save (orjson + write + rename), and append-only."""
+    directory.mkdir(parents=True)
+    msgs = build_conversation(n)
+    dicts = [orjson.loads(m.json_bytes()) for m in msgs]
+    ends = iteration_ends(msgs)
+    rewrite: list[float] = []
+    prev = 0
+    for i, end in enumerate(ends):
+        part = dicts[:end]
+        t0 = time.perf_counter()
+        data = orjson.dumps({"messages": part})
+        tmp = directory / f".{i}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, directory / f"{i:06d}.json")
+        rewrite.append(time.perf_counter() - t0)
+    disk, files = _disk(directory)
+    shutil.rmtree(directory)
+    directory.mkdir()
+    append: list[float] = []
+    fd = os.open(directory / "thread.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        for end in ends:
+            t0 = time.perf_counter()
+            os.write(fd, b"".join(orjson.dumps(d) + b"\n" for d in dicts[prev:end]))
+            os.fdatasync(fd)
+            append.append(time.perf_counter() - t0)
+            prev = end
+    finally:
+        os.close(fd)
+    size = (directory / "thread.jsonl").stat().st_size
+    return (
+        Run("floor: orjson dumps + write + rename of the whole thread", rewrite, disk, files, None, n),
+        Run("floor: append new messages + fdatasync (one file)", append, size, 1, None, n),
+    )
+
+
+async def section_conversation(tmp: Path, quick: bool, out: list[str]) -> dict[str, Any]:
+    n = SIZES[-1]
+    load_reps = 3 if quick else 7
+    runs: list[Run] = []
+    note = ""
+    t_run = await _tulip_conversation(tmp / "conv_tulip", n, TULIP_BUDGET_S, load_reps)
+    shutil.rmtree(tmp / "conv_tulip", ignore_errors=True)
+    if t_run.stopped_early:
+        note = (
+            f"tulip-agents needed more than {TULIP_BUDGET_S:.0f} s for the 2000-message conversation "
+            f"(stopped after {len(t_run.times)} saves), so every row below uses the first "
+            f"{FALLBACK_MESSAGES} messages."
+        )
+        n = FALLBACK_MESSAGES
+        t_run = await _tulip_conversation(tmp / "conv_tulip", n, None, load_reps)
+        shutil.rmtree(tmp / "conv_tulip", ignore_errors=True)
+    print("  conversation: tulip-agents done", file=sys.stderr)
+    runs.append(t_run)
+    for fsync, label in (
+        (True, "tulip_nb FileCheckpointer (fsync=True, default)"),
+        (False, "tulip_nb FileCheckpointer (fsync=False)"),
+    ):
+        d = tmp / f"conv_nb_{fsync}"
+        runs.append(await _nb_conversation(d, n, fsync, label, load_reps))
+        shutil.rmtree(d, ignore_errors=True)
+    print("  conversation: tulip_nb done", file=sys.stderr)
+    runs.extend(_floor_conversation(tmp / "conv_floor", n))
+    shutil.rmtree(tmp / "conv_floor", ignore_errors=True)
+    lg = _langgraph_peer()
+    out.append(
+        "| conversation, one save per iteration | messages | saves | total (s) | first 50 (ms/save) | "
+        "last 50 (ms/save) | disk | load latest after (ms) |"
+    )
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    out.extend(r.row() for r in runs)
+    if note:
+        out.append("")
+        out.append(note)
+    if lg is None:
+        out.append("")
+        out.append("LangGraph is not installed: skipped (hook: `bench.run._langgraph_peer`).")
+    return {"runs": [r.__dict__ | {"times": None, "total_s": sum(r.times)} for r in runs], "note": note}
+
+
+def _langgraph_peer() -> Any:
+    """Hook for a LangGraph peer (SqliteSaver / InMemorySaver); None while it is not installed.
+
+    To add it: when this finds ``langgraph``, map the conversation to LangGraph checkpoints and
+    time ``put`` / ``get_tuple`` beside the tulip rows. It is never installed by the benchmark.
+    """
+    if importlib.util.find_spec("langgraph") is None:
+        return None
+    return None  # installed, but not wired up yet
+
+
+# -- entry point ----------------------------------------------------------------------------------
+def _environment(tmp: Path) -> str:
+    def ver(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "absent"
+
+    fs = "?"
+    try:
+        best = ""
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if str(tmp).startswith(parts[1]) and len(parts[1]) >= len(best):
+                    best, fs = parts[1], parts[2]
+    except OSError:
+        pass
+    return (
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, tulip-agents {ver('tulip-agents')}, "
+        f"pydantic {ver('pydantic')}, pydantic-core {ver('pydantic_core')}, orjson {ver('orjson')}; "
+        f"temp dir on {fs}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
+    parser.add_argument("--section", choices=("all", "checkpoint", "conversation"), default="all")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions per case (overrides the default)")
+    args = parser.parse_args(argv)
+
+    def reps_for(n: int) -> int:
+        if args.reps:
+            return args.reps
+        if args.quick:
+            return 5
+        return 25 if n >= 2000 else 60
+
+    tmp = Path(tempfile.mkdtemp(prefix="tulip_nb_bench_"))
+    out: list[str] = []
+    try:
+        print(_environment(tmp))
+        stats = conversation_stats(build_conversation(SIZES[-1]))
+        print(
+            f"Workload (bench/workload.py, seed 0) at {stats['messages']} messages: {stats['user_turns']} user "
+            f"turns, {stats['model_calls']} model calls, {stats['tool_results']} tool results, "
+            f"{stats['chars']:,} characters, {stats['json_bytes']:,} bytes of message JSON."
+        )
+        print()
+        if args.section in ("all", "checkpoint"):
+            out = []
+            asyncio.run(section_checkpoint(tmp, reps_for, out))
+            print(
+                f"### checkpoint (medians of {reps_for(20)}/{reps_for(200)}/{reps_for(2000)} interleaved repetitions)\n"
+            )
+            print("\n".join(out))
+            print()
+        if args.section in ("all", "conversation"):
+            out = []
+            asyncio.run(section_conversation(tmp, args.quick, out))
+            print("### conversation (2000 messages, a save after every iteration)\n")
+            print("\n".join(out))
+            print()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
