@@ -192,3 +192,25 @@ async def test_message_bytes_are_reused_across_saves(tmp_path: Path) -> None:
     state.messages.append(Message.user("next"))
     await cp.save(state, "t")
     assert all(a is m.json_bytes() for a, m in zip(cached, state.messages, strict=False))
+
+
+async def test_appending_saves_reuse_the_joined_history(tmp_path: Path) -> None:
+    """The blob cache must never serve stale bytes: replaced, removed or appended messages."""
+    cp = FileCheckpointer(tmp_path)
+    state = full_state()
+    await cp.save(state, "t")
+    state.messages.append(Message.user("appended"))
+    await cp.save(state, "t")
+    loaded = await FileCheckpointer(tmp_path).load("t")
+    assert loaded is not None and loaded.messages[-1].content == "appended"
+    state.messages[1] = Message.user("replaced")
+    state.messages.pop()
+    await cp.save(state, "t")
+    loaded = await FileCheckpointer(tmp_path).load("t")
+    assert loaded is not None
+    assert [m.content for m in loaded.messages] == [m.content for m in state.messages]
+    assert loaded.messages[1].content == "replaced" and loaded.messages[-1].content == "partial"
+    other = full_state(marker="other")
+    await cp.save(other, "u")
+    loaded_u = await cp.load("u")
+    assert loaded_u is not None and loaded_u.model_dump() == other.model_dump()

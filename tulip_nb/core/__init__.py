@@ -15,7 +15,14 @@ from tulip_nb.core.errors import (
     UserError,
 )
 from tulip_nb.core.messages import Message, Role, ToolCall
-from tulip_nb.core.state import AgentState, ReasoningStep, ToolExecution, state_json_bytes, state_json_parts
+from tulip_nb.core.state import (
+    AgentState,
+    MessageBlobCache,
+    ReasoningStep,
+    ToolExecution,
+    state_json_bytes,
+    state_json_parts,
+)
 
 __all__ = [
     "AgentState",
@@ -28,6 +35,7 @@ __all__ = [
     "CheckpointNotFound",
     "InvalidThreadId",
     "Message",
+    "MessageBlobCache",
     "ReasoningStep",
     "Role",
     "ToolCall",

@@ -11,7 +11,9 @@ turn; ``messages``, ``metadata`` and ``provider_state`` carry across turns.
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,7 +21,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from tulip_nb.core._time import AwareDatetime, utcnow
 from tulip_nb.core.messages import Message, ToolCall
 
-__all__ = ["AgentState", "ReasoningStep", "ToolExecution", "state_json_bytes", "state_json_parts"]
+__all__ = [
+    "AgentState",
+    "MessageBlobCache",
+    "ReasoningStep",
+    "ToolExecution",
+    "state_json_bytes",
+    "state_json_parts",
+]
 
 DEFAULT_READ_ONLY_TOOLS: tuple[str, ...] = (
     "cat",
@@ -128,21 +137,68 @@ class AgentState(BaseModel):
 _EXCLUDE_MESSAGES = {"messages"}
 
 
-def state_json_parts(state: AgentState) -> list[bytes]:
-    """The compact JSON of ``state`` as chunks to join, reusing each message's cached bytes.
+class MessageBlobCache:
+    """The joined JSON of the messages last encoded per key (a thread), so a save appends only.
+
+    A thread grows by appending messages, and each save of it re-emits the whole history. With this
+    cache the history is not even re-joined: when the messages are the same objects as last time
+    plus new ones at the end (checked by identity, ~20 ns each), only the new messages' bytes are
+    appended to a ``bytearray`` (amortised O(new)). Anything else (a message replaced or removed)
+    rebuilds the blob. At most ``capacity`` threads are kept, least recently used first out.
+
+    Not thread-safe per key: callers serialise saves of one thread (the backends hold a lock).
+    """
+
+    def __init__(self, capacity: int = 8) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[str, tuple[list[Message], bytearray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def blob(self, key: str, messages: list[Message]) -> bytearray:
+        """The messages' JSON joined with commas (no brackets); valid until the next call for ``key``."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+        if entry is not None:
+            refs, blob = entry
+            n = len(refs)
+            if n <= len(messages) and all(a is b for a, b in zip(refs, messages, strict=False)):
+                for message in messages[n:]:
+                    if blob:
+                        blob += b","
+                    blob += message.json_bytes()
+                refs.extend(messages[n:])
+                return blob
+        blob = bytearray(b",".join([m.json_bytes() for m in messages]))
+        with self._lock:
+            self._entries[key] = (list(messages), blob)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        return blob
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+
+def state_json_parts(
+    state: AgentState, *, cache: MessageBlobCache | None = None, key: str | None = None
+) -> list[bytes | bytearray]:
+    """The compact JSON of ``state`` as chunks to write or join, reusing each message's cached bytes.
 
     The cost of a save is then the new messages plus the small per-turn fields, not the whole
-    history: a message is serialised the first time it is saved and never again. Callers that
-    wrap the state (an envelope) join everything once, so the history is copied once.
+    history: a message is serialised the first time it is saved and never again. With a
+    :class:`MessageBlobCache` (and the thread as ``key``) the history is not even re-joined. Callers
+    hand the chunks to ``os.writev`` or join them once.
     """
     rest = AgentState.__pydantic_serializer__.to_json(state, exclude=_EXCLUDE_MESSAGES)
-    parts = [b'{"messages":[']
-    for i, message in enumerate(state.messages):
-        if i:
-            parts.append(b",")
-        parts.append(message.json_bytes())
-    parts.append(b"]}" if rest == b"{}" else b"]," + rest[1:])
-    return parts
+    if cache is not None and key is not None:
+        messages: bytes | bytearray = cache.blob(key, state.messages)
+    else:
+        messages = b",".join([m.json_bytes() for m in state.messages])
+    return [b'{"messages":[', messages, b"]}" if rest == b"{}" else b"]," + rest[1:]]
 
 
 def state_json_bytes(state: AgentState) -> bytes:

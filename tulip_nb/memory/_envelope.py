@@ -19,16 +19,17 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from tulip_nb.core._fastload import messages_from_json
+from tulip_nb.core._fastload import gc_paused, messages_from_json
 from tulip_nb.core._time import iso_offset, parse_datetime
 from tulip_nb.core.errors import CheckpointCorrupt
-from tulip_nb.core.state import AgentState, state_json_parts
+from tulip_nb.core.state import AgentState, MessageBlobCache, state_json_parts
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 
 __all__ = [
     "checkpoint_from_obj",
     "decode_envelope",
     "encode_envelope",
+    "encode_envelope_parts",
     "info_from_head",
     "info_row",
     "matches_pattern",
@@ -43,16 +44,18 @@ HEAD_BYTES = 4096
 _ENVELOPE_KEYS = frozenset(("checkpoint_id", "thread_id", "created_at", "metadata", "state"))
 
 
-def encode_envelope(
+def encode_envelope_parts(
     checkpoint_id: str,
     thread_id: str,
     created_at: datetime,
     state: AgentState,
     metadata: dict[str, Any],
     extra: dict[str, Any] | None = None,
-) -> bytes:
-    """Bytes of one envelope; the state part reuses each message's cached JSON, copied once."""
-    parts = [
+    *,
+    cache: MessageBlobCache | None = None,
+) -> list[bytes | bytearray]:
+    """One envelope as chunks (for ``os.writev``); the state reuses cached message JSON."""
+    head = [
         b'{"checkpoint_id":',
         orjson.dumps(checkpoint_id),
         b',"thread_id":',
@@ -63,22 +66,36 @@ def encode_envelope(
         orjson.dumps(metadata, option=orjson.OPT_NON_STR_KEYS),
     ]
     if extra:
-        parts += [b",", orjson.dumps(extra, option=orjson.OPT_NON_STR_KEYS)[1:-1]]
-    parts.append(b',"state":')
-    parts += state_json_parts(state)
-    parts.append(b"}")
-    return b"".join(parts)
+        head += [b",", orjson.dumps(extra, option=orjson.OPT_NON_STR_KEYS)[1:-1]]
+    head.append(b',"state":')
+    state_parts = state_json_parts(state, cache=cache, key=thread_id)
+    return [b"".join(head) + state_parts[0], state_parts[1], state_parts[2] + b"}"]
+
+
+def encode_envelope(
+    checkpoint_id: str,
+    thread_id: str,
+    created_at: datetime,
+    state: AgentState,
+    metadata: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+    *,
+    cache: MessageBlobCache | None = None,
+) -> bytes:
+    """Bytes of one envelope (see :func:`encode_envelope_parts`)."""
+    return b"".join(encode_envelope_parts(checkpoint_id, thread_id, created_at, state, metadata, extra, cache=cache))
 
 
 def decode_envelope(data: bytes, *, where: str, thread_id: str | None = None) -> Checkpoint:
     """Parse and validate an envelope; :class:`CheckpointCorrupt` naming ``where`` if it is not one."""
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise CheckpointCorrupt(f"invalid JSON: {e}", path=where, thread_id=thread_id) from e
-    if not isinstance(obj, dict):
-        raise CheckpointCorrupt("envelope is not a JSON object", path=where, thread_id=thread_id)
-    return checkpoint_from_obj(obj, where=where, thread_id=thread_id)
+    with gc_paused():
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise CheckpointCorrupt(f"invalid JSON: {e}", path=where, thread_id=thread_id) from e
+        if not isinstance(obj, dict):
+            raise CheckpointCorrupt("envelope is not a JSON object", path=where, thread_id=thread_id)
+        return checkpoint_from_obj(obj, where=where, thread_id=thread_id)
 
 
 def checkpoint_from_obj(obj: dict[str, Any], *, where: str, thread_id: str | None = None) -> Checkpoint:

@@ -44,11 +44,11 @@ from tulip_nb.core.errors import (
     CheckpointNotFound,
     InvalidThreadId,
 )
-from tulip_nb.core.state import AgentState
+from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory._envelope import (
     HEAD_BYTES,
     decode_envelope,
-    encode_envelope,
+    encode_envelope_parts,
     info_from_head,
     info_row,
     matches_pattern,
@@ -111,6 +111,7 @@ class FileCheckpointer(BaseCheckpointer):
         self._heads: dict[Path, dict[str, _Entry]] = {}
         self._heads_lock = threading.Lock()
         self._warned: set[tuple[Path, str]] = set()
+        self._blobs = MessageBlobCache()
 
     def __repr__(self) -> str:
         return f"FileCheckpointer(base_dir={str(self.base_dir)!r})"
@@ -261,14 +262,14 @@ class FileCheckpointer(BaseCheckpointer):
             raise _unavailable(e, path) from e
         return decode_envelope(data, where=str(path), thread_id=thread_id)
 
-    def _write_atomic(self, path: Path, data: bytes) -> None:
+    def _write_atomic(self, path: Path, data: bytes | list[bytes | bytearray]) -> None:
+        """Write ``data`` (bytes, or chunks for one ``writev``) to a temp file, fsync, rename."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        chunks: list[bytes | bytearray] = [data] if isinstance(data, bytes) else data
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                _write_all(fd, chunks)
                 if self.fsync:
                     os.fsync(fd)
             finally:
@@ -318,7 +319,7 @@ class FileCheckpointer(BaseCheckpointer):
             if latest is not None and now <= latest.created_at:
                 now = latest.created_at + _TICK
             meta = save_metadata(metadata, latest_id)
-            self._write_atomic(path, encode_envelope(cid, thread_id, now, state, meta))
+            self._write_atomic(path, encode_envelope_parts(cid, thread_id, now, state, meta, cache=self._blobs))
             self._remember(path, CheckpointInfo(cid, thread_id, now, meta))
         return cid
 
@@ -550,6 +551,18 @@ class FileCheckpointer(BaseCheckpointer):
                 if len(out) >= limit:
                     break
         return out
+
+
+def _write_all(fd: int, chunks: list[bytes | bytearray]) -> None:
+    """``os.writev`` until every byte is written (a regular file may still take a short write)."""
+    views = [memoryview(c) for c in chunks if c]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]
 
 
 def _unavailable(e: OSError, path: Path | str) -> BackendUnavailable:

@@ -1,21 +1,23 @@
 """MemoryCheckpointer: threads in a dict, for tests and a single-process REPL.
 
-Checkpoints are stored as encoded envelopes (bytes), so mutating a state after saving it never
-changes what was saved, and a load returns a fresh, independent state.
+A checkpoint is stored as the JSON of its state *without* the messages plus the tuple of its
+(immutable) messages. So mutating a state after saving it never changes what was saved, a load
+returns an independent state, and neither copies the history: a save or load costs the per-turn
+fields, not the thread's length.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tulip_nb.core._time import utcnow
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound
+from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory._envelope import (
-    decode_envelope,
-    encode_envelope,
     info_row,
     matches_pattern,
     metadata_matches,
@@ -36,6 +38,27 @@ from tulip_nb.memory.checkpointer import (
 __all__ = ["MemoryCheckpointer"]
 
 _TICK = timedelta(microseconds=1)
+_EXCLUDE_MESSAGES = {"messages"}
+
+
+@dataclass(frozen=True)
+class _Record:
+    """One checkpoint: its info, the state's JSON without messages, and the messages themselves."""
+
+    info: CheckpointInfo
+    rest: bytes
+    messages: tuple[Message, ...]
+
+    @classmethod
+    def of(cls, info: CheckpointInfo, state: AgentState) -> _Record:
+        rest = AgentState.__pydantic_serializer__.to_json(state, exclude=_EXCLUDE_MESSAGES)
+        return cls(info, rest, tuple(state.messages))
+
+    def checkpoint(self) -> Checkpoint:
+        state = AgentState.model_validate_json(self.rest)
+        state.messages = list(self.messages)
+        info = self.info
+        return Checkpoint(info.checkpoint_id, info.thread_id, info.created_at, state, dict(info.metadata))
 
 
 class MemoryCheckpointer(BaseCheckpointer):
@@ -50,8 +73,8 @@ class MemoryCheckpointer(BaseCheckpointer):
     """
 
     def __init__(self) -> None:
-        # thread_id -> checkpoint_id -> (info, envelope bytes); insertion order == save order
-        self._threads: dict[str, dict[str, tuple[CheckpointInfo, bytes]]] = {}
+        # thread_id -> checkpoint_id -> record; insertion order == save order
+        self._threads: dict[str, dict[str, _Record]] = {}
         self._lock = threading.RLock()
 
     @property
@@ -68,19 +91,19 @@ class MemoryCheckpointer(BaseCheckpointer):
     # -- helpers ------------------------------------------------------------------------------
     def _ordered(self, thread_id: str) -> list[CheckpointInfo]:
         records = self._threads.get(thread_id, {})
-        return sorted((info for info, _ in records.values()), key=lambda i: i.created_at, reverse=True)
+        return sorted((info for info in (r.info for r in records.values())), key=lambda i: i.created_at, reverse=True)
 
     def _latest(self, thread_id: str) -> CheckpointInfo | None:
         records = self._threads.get(thread_id)
         if not records:
             return None
-        return max((info for info, _ in records.values()), key=lambda i: i.created_at)
+        return max((info for info in (r.info for r in records.values())), key=lambda i: i.created_at)
 
-    def _record(self, thread_id: str, checkpoint_id: str) -> bytes:
+    def _record(self, thread_id: str, checkpoint_id: str) -> _Record:
         rec = self._threads.get(thread_id, {}).get(checkpoint_id)
         if rec is None:
             raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
-        return rec[1]
+        return rec
 
     # -- contract -----------------------------------------------------------------------------
     async def save(
@@ -108,10 +131,10 @@ class MemoryCheckpointer(BaseCheckpointer):
             if latest is not None and now <= latest.created_at:
                 now = latest.created_at + _TICK
             meta = save_metadata(metadata, latest_id)
-            data = encode_envelope(cid, thread_id, now, state, meta)
+            record = _Record.of(CheckpointInfo(cid, thread_id, now, meta), state)
             records = self._threads.setdefault(thread_id, {})
             records.pop(cid, None)
-            records[cid] = (CheckpointInfo(cid, thread_id, now, meta), data)
+            records[cid] = record
         return cid
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
@@ -122,8 +145,8 @@ class MemoryCheckpointer(BaseCheckpointer):
                 if latest is None:
                     return None
                 checkpoint_id = latest.checkpoint_id
-            data = self._record(thread_id, checkpoint_id)
-        return decode_envelope(data, where=f"memory:{thread_id}/{checkpoint_id}", thread_id=thread_id)
+            record = self._record(thread_id, checkpoint_id)
+        return record.checkpoint()
 
     async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
         ckpt = await self.load_checkpoint(thread_id, checkpoint_id)
@@ -164,7 +187,7 @@ class MemoryCheckpointer(BaseCheckpointer):
                 latest = self._latest(thread_id)
                 return dict(latest.metadata) if latest else None
             rec = self._threads.get(thread_id, {}).get(checkpoint_id)
-            return dict(rec[0].metadata) if rec else None
+            return dict(rec.info.metadata) if rec else None
 
     async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
         with self._lock:
@@ -189,12 +212,13 @@ class MemoryCheckpointer(BaseCheckpointer):
                     "destination thread already has checkpoints; delete it first",
                     thread_id=dest_thread_id,
                 )
-            copied: dict[str, tuple[CheckpointInfo, bytes]] = {}
-            for cid, (info, data) in source.items():
-                ckpt = decode_envelope(data, where=f"memory:{source_thread_id}/{cid}")
+            copied: dict[str, _Record] = {}
+            for cid, rec in source.items():
+                info = rec.info
                 meta = {**info.metadata, "copied_from": {"thread_id": source_thread_id, "checkpoint_id": cid}}
-                new = encode_envelope(cid, dest_thread_id, info.created_at, ckpt.state, meta, ckpt.extra)
-                copied[cid] = (CheckpointInfo(cid, dest_thread_id, info.created_at, meta), new)
+                copied[cid] = _Record(
+                    CheckpointInfo(cid, dest_thread_id, info.created_at, meta), rec.rest, rec.messages
+                )
             self._threads[dest_thread_id] = copied
         return True
 
@@ -204,7 +228,7 @@ class MemoryCheckpointer(BaseCheckpointer):
         with self._lock:
             for tid in list(self._threads):
                 records = self._threads[tid]
-                for cid in [c for c, (info, _) in records.items() if info.created_at < cutoff]:
+                for cid in [c for c, r in records.items() if r.info.created_at < cutoff]:
                     del records[cid]
                     removed += 1
                 if not records:
@@ -225,7 +249,7 @@ class MemoryCheckpointer(BaseCheckpointer):
 
     async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
         with self._lock:
-            infos = [info for recs in self._threads.values() for info, _ in recs.values()]
+            infos = [info for recs in self._threads.values() for info in (r.info for r in recs.values())]
         infos.sort(key=lambda i: i.created_at, reverse=True)
         out = []
         for info in infos:
