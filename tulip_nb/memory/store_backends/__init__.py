@@ -1,0 +1,37 @@
+"""Durable cross-thread stores (seed 001): where long-term memory lives.
+
+- :class:`HolographicStore` — SQLite + FTS5 in one file, no infrastructure (``path=":memory:"``
+  by default; give it a file path for durability);
+- :class:`PgMemory` — PostgreSQL + pgvector with per-tenant row-level security
+  (``pip install 'tulip_nb[postgres]'``).
+
+Both are imported lazily, so ``import tulip_nb.memory.store_backends`` pulls in no driver.
+The in-process :class:`~tulip_nb.memory.store.InMemoryStore` lives in :mod:`tulip_nb.memory.store`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tulip_nb.memory.store_backends.holographic import HolographicStore
+    from tulip_nb.memory.store_backends.pg import PgMemory
+
+__all__ = ["HolographicStore", "PgMemory"]
+
+_LAZY = {
+    "HolographicStore": "tulip_nb.memory.store_backends.holographic",
+    "PgMemory": "tulip_nb.memory.store_backends.pg",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
