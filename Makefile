@@ -24,7 +24,7 @@ $(VENV)/.dev-installed: pyproject.toml | $(PY)
 	@touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed
-	$(PY) scripts/demo.py
+	$(PY) -m tulip_nb._demo
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,1 @@
+"""Subcommands of ``tulip-nb`` (see :mod:`tulip_nb.cli`)."""
