@@ -214,3 +214,29 @@ async def test_appending_saves_reuse_the_joined_history(tmp_path: Path) -> None:
     await cp.save(other, "u")
     loaded_u = await cp.load("u")
     assert loaded_u is not None and loaded_u.model_dump() == other.model_dump()
+
+
+async def test_persistent_index_serves_a_fresh_process(tmp_path: Path) -> None:
+    cp = FileCheckpointer(tmp_path)
+    ids = [await cp.save(full_state(marker=str(i)), "t", metadata={"i": i}) for i in range(5)]
+    index = tmp_path / "t" / ".tulip_nb_index"
+    assert len(index.read_bytes().splitlines()) == 5
+    await cp.delete("t", ids[-1])
+    with open(index, "ab") as f:
+        f.write(b'{"f": "torn')  # a crash mid-append
+    fresh = FileCheckpointer(tmp_path)
+    infos = await fresh.list_checkpoint_infos("t")
+    assert [i.checkpoint_id for i in infos] == ids[-2::-1]
+    assert infos[0].metadata == {"i": 3, "parent_checkpoint_id": ids[2]}
+    # files the index does not know (another writer, e.g. tulip) are still found
+    raw = orjson.loads((tmp_path / "t" / f"{ids[0]}.json").read_bytes())
+    raw.update(checkpoint_id="foreign", created_at="2099-01-01T00:00:00+00:00")
+    (tmp_path / "t" / "foreign.json").write_bytes(orjson.dumps(raw))
+    assert (await FileCheckpointer(tmp_path).list_checkpoints("t"))[0] == "foreign"
+
+
+async def test_index_does_not_keep_a_deleted_thread_directory(tmp_path: Path) -> None:
+    cp = FileCheckpointer(tmp_path)
+    await cp.save(full_state(), "t")
+    assert await cp.delete("t")
+    assert not (tmp_path / "t").exists()

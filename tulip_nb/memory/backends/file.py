@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from tulip_nb.core._time import utcnow
+from tulip_nb.core._time import iso_offset, parse_datetime, utcnow
 from tulip_nb.core.errors import (
     BackendUnavailable,
     CheckpointConflict,
@@ -73,6 +73,7 @@ __all__ = ["FileCheckpointer", "safe_name"]
 _TICK = timedelta(microseconds=1)
 _MAX_NAME_BYTES = 200  # below NAME_MAX (255) with room for ".json" and temp suffixes
 _LOCK_NAME = ".lock"
+_INDEX_NAME = ".tulip_nb_index"  # not *.json: tulip never looks at it
 
 
 def safe_name(value: str) -> str:
@@ -172,6 +173,12 @@ class FileCheckpointer(BaseCheckpointer):
         except OSError as e:
             raise _unavailable(e, directory) from e
         with self._heads_lock:
+            first_look = directory not in self._heads
+        if first_look:  # a new process: start from the persistent index instead of every head
+            indexed = self._read_index(directory, set(names))
+            with self._heads_lock:
+                self._heads.setdefault(directory, {}).update(indexed)
+        with self._heads_lock:
             known = self._heads.setdefault(directory, {})
             missing = [n for n in names if n not in known]
         fresh: dict[str, _Entry] = {}
@@ -186,6 +193,56 @@ class FileCheckpointer(BaseCheckpointer):
             for gone in [n for n in known if n not in alive]:
                 del known[gone]
             return dict(known)
+
+    def _read_index(self, directory: Path, alive: set[str]) -> dict[str, _Entry]:
+        """Headers recorded in ``<dir>/.tulip_nb_index`` for files that still exist.
+
+        The index is an append-only cache (one JSON line per save); the directory listing stays the
+        truth: lines for deleted files are ignored, files written by others (tulip) are not in it
+        and get their heads read. A torn last line (a crash mid-append) is skipped.
+        """
+        try:
+            data = (directory / _INDEX_NAME).read_bytes()
+        except OSError:
+            return {}
+        out: dict[str, _Entry] = {}
+        lines = data.splitlines()
+        for line in lines:
+            try:
+                row = orjson.loads(line)
+                name = row["f"]
+                if name in alive:
+                    out[name] = CheckpointInfo(row["c"], row["t"], parse_datetime(row["a"]), row["m"])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+        if len(lines) > 2 * len(out) + 64:  # mostly deleted checkpoints: rewrite it compactly
+            self._rewrite_index(directory, out)
+        return out
+
+    def _index_line(self, name: str, info: CheckpointInfo) -> bytes:
+        row = {"f": name, "c": info.checkpoint_id, "t": info.thread_id, "a": iso_offset(info.created_at)}
+        return orjson.dumps({**row, "m": info.metadata}, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+
+    def _append_index(self, directory: Path, lines: list[bytes]) -> None:
+        """Record new headers (called under the directory lock); the index is only a cache."""
+        try:
+            fd = os.open(directory / _INDEX_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, b"".join(lines))
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # a missing index costs a head read later, never correctness
+
+    def _rewrite_index(self, directory: Path, entries: dict[str, _Entry]) -> None:
+        lines = [self._index_line(n, e) for n, e in entries.items() if isinstance(e, CheckpointInfo)]
+        tmp = directory / f"{_INDEX_NAME}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            tmp.write_bytes(b"".join(lines))
+            os.replace(tmp, directory / _INDEX_NAME)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def _read_entry(self, path: Path) -> _Entry | None:
         """The header of one checkpoint file, reading as little of it as possible."""
@@ -320,7 +377,9 @@ class FileCheckpointer(BaseCheckpointer):
                 now = latest.created_at + _TICK
             meta = save_metadata(metadata, latest_id)
             self._write_atomic(path, encode_envelope_parts(cid, thread_id, now, state, meta, cache=self._blobs))
-            self._remember(path, CheckpointInfo(cid, thread_id, now, meta))
+            info = CheckpointInfo(cid, thread_id, now, meta)
+            self._remember(path, info)
+            self._append_index(directory, [self._index_line(path.name, info)])
         return cid
 
     def _scan_entry(self, directory: Path, name: str) -> _Entry | None:
@@ -383,8 +442,9 @@ class FileCheckpointer(BaseCheckpointer):
 
     def _remove_dir(self, directory: Path) -> None:
         try:
-            leftovers = [n for n in os.listdir(directory) if n != _LOCK_NAME]
+            leftovers = [n for n in os.listdir(directory) if n not in (_LOCK_NAME, _INDEX_NAME)]
             if not leftovers:
+                (directory / _INDEX_NAME).unlink(missing_ok=True)
                 (directory / _LOCK_NAME).unlink(missing_ok=True)
                 directory.rmdir()
         except OSError:
@@ -444,7 +504,9 @@ class FileCheckpointer(BaseCheckpointer):
                 ordered.update((k, v) for k, v in raw.items() if k not in ordered)
                 path = dst_dir / (safe_name(cid) + ".json")
                 self._write_atomic(path, orjson.dumps(ordered, option=orjson.OPT_NON_STR_KEYS))
-                self._remember(path, CheckpointInfo(cid, dest, info.created_at, meta))
+                copied = CheckpointInfo(cid, dest, info.created_at, meta)
+                self._remember(path, copied)
+                self._append_index(dst_dir, [self._index_line(path.name, copied)])
         return True
 
     def _vacuum_sync(self, older_than_days: float) -> int:
