@@ -222,8 +222,7 @@ async def test_persistent_index_serves_a_fresh_process(tmp_path: Path) -> None:
     index = tmp_path / "t" / ".tulip_nb_index"
     assert len(index.read_bytes().splitlines()) == 5
     await cp.delete("t", ids[-1])
-    with open(index, "ab") as f:
-        f.write(b'{"f": "torn')  # a crash mid-append
+    index.write_bytes(index.read_bytes() + b'{"f": "torn')  # a crash mid-append
     fresh = FileCheckpointer(tmp_path)
     infos = await fresh.list_checkpoint_infos("t")
     assert [i.checkpoint_id for i in infos] == ids[-2::-1]

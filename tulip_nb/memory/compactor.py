@@ -351,8 +351,9 @@ def default_conversation_manager(context_window: int | None, max_iterations: int
 
     A model with a known window (registered metadata) gets ``LLMCompactor(context_length=window)``
     and no summariser; an unknown window gets ``SlidingWindowManager(window_size=max(20,
-    max_iterations * 2))``. ``NullManager()`` turns management off.
+    max_iterations * 2))`` — built as its seed-002 subclass ``SlidingWindowConversationManager``, so
+    both seeds' descriptions of the default hold. ``NullManager()`` turns management off.
     """
     if context_window:
         return LLMCompactor(context_length=int(context_window))
-    return SlidingWindowManager(window_size=max(20, max_iterations * 2))
+    return SlidingWindowConversationManager(window_size=max(20, max_iterations * 2))

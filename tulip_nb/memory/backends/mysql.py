@@ -38,14 +38,13 @@ import orjson
 
 from tulip_nb.core.errors import BackendUnavailable, InvalidThreadId, TulipNBError
 from tulip_nb.memory.backends._kv import EMPTY_INDEX, INDEX_SUFFIX, LATEST_SUFFIX, KVStore, Txn
+from tulip_nb.memory.backends._loops import PerLoop
 
 try:
     from mysql.connector import errors as mysql_errors
     from mysql.connector.aio import connect
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "MySQLBackend needs mysql-connector-python: pip install 'tulip_nb[mysql]'"
-    ) from e
+    raise ImportError("MySQLBackend needs mysql-connector-python: pip install 'tulip_nb[mysql]'") from e
 
 __all__ = ["MySQLBackend", "parse_mysql_dsn"]
 
@@ -89,10 +88,21 @@ class _Pool:
         self._idle: list[Any] = []
         self._sem = asyncio.Semaphore(max_size)
 
+    async def _connect(self) -> Any:
+        try:
+            return await connect(**self._kwargs)
+        except TypeError as e:  # mysql-connector's aio API on a server without TLS (MariaDB here)
+            if self._kwargs.get("ssl_disabled"):
+                raise
+            raise BackendUnavailable(
+                "MySQLBackend: the connector failed while setting up TLS (a MariaDB server without TLS?): "
+                "pass ssl_disabled=True, or ?ssl_disabled=true in the DSN"
+            ) from e
+
     @contextlib.asynccontextmanager
     async def acquire(self) -> AsyncIterator[Any]:
         async with self._sem:
-            conn = self._idle.pop() if self._idle else await connect(**self._kwargs)
+            conn = self._idle.pop() if self._idle else await self._connect()
             keep = False
             try:
                 yield conn
@@ -153,19 +163,27 @@ class MySQLBackend(KVStore):
         kwargs.setdefault("collation", collation)
         kwargs["autocommit"] = True  # plain reads see fresh data; writes use explicit transactions
         self._charset, self._collation = charset, collation
-        self._pool = _Pool(kwargs, max_pool_size)
+        self._pool_args, self._max_pool_size = kwargs, max_pool_size
+        self._pools: PerLoop[_Pool] = PerLoop()  # connections are bound to their event loop
         self._ready = False
         self._key_width = 768
-        self._init_lock = asyncio.Lock()
         t = self.table
         cols = "(thread_id, checkpoint_id, data, created_at, updated_at, metadata)"
-        upsert = (" ON DUPLICATE KEY UPDATE checkpoint_id = VALUES(checkpoint_id), data = VALUES(data), "
-                  "updated_at = VALUES(updated_at), metadata = VALUES(metadata)")
+        upsert = (
+            " ON DUPLICATE KEY UPDATE checkpoint_id = VALUES(checkpoint_id), data = VALUES(data), "
+            "updated_at = VALUES(updated_at), metadata = VALUES(metadata)"
+        )
         self._sql_select = f"SELECT data FROM {t} WHERE thread_id = %s"
         self._sql_put = f"INSERT INTO {t} {cols} VALUES (%s, %s, %s, %s, %s, %s)" + upsert
-        self._sql_copy = (f"INSERT INTO {t} {cols} SELECT %s, %s, data, %s, %s, '{{}}' FROM {t} "
-                          "WHERE thread_id = %s" + upsert)
+        self._sql_copy = (
+            f"INSERT INTO {t} {cols} SELECT %s, %s, data, %s, %s, '{{}}' FROM {t} WHERE thread_id = %s" + upsert
+        )
         self._sql_delete = f"DELETE FROM {t} WHERE thread_id = %s"
+
+    @property
+    def _pool(self) -> _Pool:
+        """This event loop's pool (made on first use in the loop)."""
+        return self._pools.get_sync(lambda: _Pool(self._pool_args, self._max_pool_size))
 
     def __repr__(self) -> str:
         return f"MySQLBackend(table={self.table_name!r})"
@@ -197,7 +215,7 @@ class MySQLBackend(KVStore):
     async def _ensure(self) -> None:
         if self._ready:
             return
-        async with self._init_lock:
+        async with self._pools.lock():
             if self._ready:
                 return
             async with self._errors(), self._pool.acquire() as conn:
@@ -235,8 +253,7 @@ class MySQLBackend(KVStore):
             )
 
     async def close(self) -> None:
-        await self._pool.close()
-        self._ready = False
+        await self._pools.aclose(lambda pool: pool.close())
 
     # -- KVStore ------------------------------------------------------------------------------
     async def get(self, key: str) -> bytes | str | None:
@@ -253,8 +270,9 @@ class MySQLBackend(KVStore):
             for i in range(0, len(keys), 500):
                 chunk = keys[i : i + 500]
                 marks = ", ".join(["%s"] * len(chunk))
-                await cur.execute(f"SELECT thread_id, data FROM {self.table} WHERE thread_id IN ({marks})",
-                                  tuple(chunk))
+                await cur.execute(
+                    f"SELECT thread_id, data FROM {self.table} WHERE thread_id IN ({marks})", tuple(chunk)
+                )
                 for tid, data in await cur.fetchall():
                     found[_text(tid)] = data
         return [found.get(k) for k in keys]
@@ -314,8 +332,9 @@ class MySQLBackend(KVStore):
 
     async def index_keys(self) -> list[str]:
         async with self._cursor() as cur:
-            await cur.execute(f"SELECT thread_id FROM {self.table} WHERE RIGHT(thread_id, %s) = %s",
-                              (len(INDEX_SUFFIX), INDEX_SUFFIX))
+            await cur.execute(
+                f"SELECT thread_id FROM {self.table} WHERE RIGHT(thread_id, %s) = %s", (len(INDEX_SUFFIX), INDEX_SUFFIX)
+            )
             return [_text(r[0]) for r in await cur.fetchall()]
 
     async def metadata_candidates(self, key: str, value: Any, limit: int) -> list[str]:

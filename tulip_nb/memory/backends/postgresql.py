@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from tulip_nb.core.errors import BackendUnavailable, InvalidThreadId
 from tulip_nb.memory.backends._kv import EMPTY_INDEX, INDEX_SUFFIX, KVStore, Txn
+from tulip_nb.memory.backends._loops import PerLoop
 
 try:
     import asyncpg
@@ -74,8 +75,9 @@ def _jsonb_decode(value: bytes) -> bytes:
 
 async def _init_connection(conn: Any) -> None:
     # JSONB travels as raw JSON bytes (binary format = version byte + text): no str round trip
-    await conn.set_type_codec("jsonb", encoder=_jsonb_encode, decoder=_jsonb_decode,
-                              schema="pg_catalog", format="binary")
+    await conn.set_type_codec(
+        "jsonb", encoder=_jsonb_encode, decoder=_jsonb_decode, schema="pg_catalog", format="binary"
+    )
 
 
 class _PgTxn(Txn):
@@ -114,9 +116,8 @@ class PostgreSQLBackend(KVStore):
         self.supports_search = True
         self.fts_index = fts_index
         self._pool_args = {"min_size": min_pool_size, "max_size": max_pool_size, **pool_kwargs}
-        self._pool: Any = None
+        self._pools: PerLoop[Any] = PerLoop()  # asyncpg pools are bound to their event loop
         self._ready = False
-        self._init_lock = asyncio.Lock()
         t = self.table
         self._sql_select = f"SELECT data FROM {t} WHERE thread_id = $1"
         self._sql_put = (
@@ -145,20 +146,24 @@ class PostgreSQLBackend(KVStore):
         except asyncpg.ProgramLimitExceededError as e:
             raise InvalidThreadId(f"key too long for PostgreSQLBackend's index: {e}", path=key) from e
         except asyncpg.PostgresError as e:
-            raise BackendUnavailable(f"PostgreSQLBackend: the server refused the operation: {e}",
-                                     path=key) from e
+            raise BackendUnavailable(f"PostgreSQLBackend: the server refused the operation: {e}", path=key) from e
 
     async def _conn_pool(self) -> Any:
-        if self._ready:
-            return self._pool
-        async with self._init_lock:
-            if self._pool is None:
-                async with self._errors():
-                    self._pool = await asyncpg.create_pool(self.dsn, init=_init_connection, **self._pool_args)
-            if not self._ready:
-                await self._create_schema(self._pool)
-                self._ready = True
-        return self._pool
+        pool = self._pools.current()
+        if pool is not None and self._ready:
+            return pool
+
+        async def create() -> Any:
+            async with self._errors():
+                return await asyncpg.create_pool(self.dsn, init=_init_connection, **self._pool_args)
+
+        pool = await self._pools.get(create)
+        if not self._ready:
+            async with self._pools.lock():
+                if not self._ready:
+                    await self._create_schema(pool)
+                    self._ready = True
+        return pool
 
     async def setup(self) -> None:
         """Create the schema, table and indexes now (idempotent), instead of on first use."""
@@ -167,7 +172,7 @@ class PostgreSQLBackend(KVStore):
     async def _create_schema(self, pool: Any) -> None:
         t, name = self.table, self.table_name
         async with self._errors(), pool.acquire() as conn:
-            exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f'{self.table}')
+            exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{self.table}")
             ddl = []
             if not exists:
                 ddl += [
@@ -183,8 +188,9 @@ class PostgreSQLBackend(KVStore):
                     f'CREATE INDEX IF NOT EXISTS "idx_{name}_metadata" ON {t} USING gin (metadata)',
                 ]
             if self.fts_index:
-                ddl.append(f'CREATE INDEX IF NOT EXISTS "idx_{name}_fts" ON {t} USING gin ({_FTS}) '
-                           f"WHERE {_LATEST_ROWS}")
+                ddl.append(
+                    f'CREATE INDEX IF NOT EXISTS "idx_{name}_fts" ON {t} USING gin ({_FTS}) WHERE {_LATEST_ROWS}'
+                )
             if not ddl:
                 return
             async with conn.transaction():
@@ -199,9 +205,7 @@ class PostgreSQLBackend(KVStore):
                             raise
 
     async def close(self) -> None:
-        if self._pool is not None:
-            pool, self._pool, self._ready = self._pool, None, False
-            await pool.close()
+        await self._pools.aclose(lambda pool: pool.close())
 
     # -- KVStore ------------------------------------------------------------------------------
     async def get(self, key: str) -> bytes | None:
@@ -225,7 +229,9 @@ class PostgreSQLBackend(KVStore):
             created = await conn.fetchval(
                 f"INSERT INTO {self.table} (thread_id, checkpoint_id, data) VALUES ($1, $2, $3) "
                 "ON CONFLICT (thread_id) DO NOTHING RETURNING true",
-                lock_key, uuid.uuid4().hex, EMPTY_INDEX,
+                lock_key,
+                uuid.uuid4().hex,
+                EMPTY_INDEX,
             )
             locked = None if created else await conn.fetchval(self._sql_select + " FOR UPDATE", lock_key)
             txn = _PgTxn(conn, self._sql_select, lock_key, locked)
@@ -246,7 +252,8 @@ class PostgreSQLBackend(KVStore):
         async with self._errors():
             rows = await pool.fetch(
                 f"SELECT thread_id FROM {self.table} WHERE right(thread_id, $1) = $2",
-                len(INDEX_SUFFIX), INDEX_SUFFIX,
+                len(INDEX_SUFFIX),
+                INDEX_SUFFIX,
             )
         return [r["thread_id"] for r in rows]
 
@@ -257,7 +264,8 @@ class PostgreSQLBackend(KVStore):
                 f"SELECT thread_id, ts_rank({_FTS}, q) AS score "
                 f"FROM {self.table}, websearch_to_tsquery('simple', $1) q "
                 f"WHERE {_LATEST_ROWS} AND {_FTS} @@ q ORDER BY score DESC, thread_id LIMIT $2",
-                query, limit,
+                query,
+                limit,
             )
         return [(r["thread_id"], float(r["score"])) for r in rows]
 
@@ -271,6 +279,7 @@ class PostgreSQLBackend(KVStore):
                 f"SELECT thread_id FROM {self.table} "
                 "WHERE (metadata @> $1 OR data -> 'metadata' @> $1) AND data ? '_checkpoint_id' "
                 f"AND NOT {_LATEST_ROWS} ORDER BY created_at DESC LIMIT $2",
-                probe, limit,
+                probe,
+                limit,
             )
         return [r["thread_id"] for r in rows]

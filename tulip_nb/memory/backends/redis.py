@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from tulip_nb.core.errors import BackendUnavailable
 from tulip_nb.memory.backends._kv import INDEX_SUFFIX, KVStore, Txn, parse_index
+from tulip_nb.memory.backends._loops import PerLoop
 
 try:
     import redis.asyncio as aioredis
@@ -32,9 +33,7 @@ try:
     from redis.exceptions import RedisError, WatchError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "RedisBackend needs the 'redis' package: pip install 'tulip_nb[redis]'"
-    ) from e
+    raise ImportError("RedisBackend needs the 'redis' package: pip install 'tulip_nb[redis]'") from e
 
 __all__ = ["RedisBackend"]
 
@@ -79,11 +78,23 @@ class RedisBackend(KVStore):
         self.ttl_seconds = ttl_seconds
         # a blocking pool: under a burst of concurrent saves, wait for a connection, never fail
         client_kwargs.setdefault("max_connections", 64)
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
-            timeout=socket_timeout, **client_kwargs
+        self._client_args = dict(
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
+            timeout=socket_timeout,
+            **client_kwargs,
         )
-        self._client = aioredis.Redis.from_pool(pool)
+        self._clients: PerLoop[Any] = PerLoop()  # redis-py clients are bound to their event loop
+
+    @property
+    def _client(self) -> Any:
+        """This event loop's client (made on first use in the loop)."""
+
+        def create() -> Any:
+            pool = aioredis.BlockingConnectionPool.from_url(self.url, **self._client_args)
+            return aioredis.Redis.from_pool(pool)
+
+        return self._clients.get_sync(create)
 
     def __repr__(self) -> str:
         return f"RedisBackend(url={self.url!r}, prefix={self.prefix!r}, ttl_seconds={self.ttl_seconds})"
@@ -158,4 +169,4 @@ class RedisBackend(KVStore):
             return [k.decode()[n:] async for k in self._client.scan_iter(match=match, count=1000)]
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._clients.aclose(lambda client: client.aclose())
