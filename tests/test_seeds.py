@@ -211,7 +211,9 @@ def test_seed_001_sql_and_redis_factories() -> None:
         postgresql_checkpointer(
             dsn="postgresql://postgres@127.0.0.1:5432/test", schema_name="public", table_name=f"tulip_threads_{suffix}"
         ),
-        mysql_checkpointer(dsn="mysql://root@127.0.0.1:3306/test?ssl_disabled=true", table_name=f"tulip_threads_{suffix}"),
+        mysql_checkpointer(
+            dsn="mysql://root@127.0.0.1:3306/test?ssl_disabled=true", table_name=f"tulip_threads_{suffix}"
+        ),
         redis_checkpointer(url="redis://127.0.0.1:6379/15", ttl_seconds=86_400, prefix=f"seed-{suffix}:"),
     ]
     for checkpointer in checkpointers:

@@ -270,3 +270,41 @@ async def test_minimal_user_subclass_works() -> None:
         await cp.list_threads()
     with pytest.raises(NotImplementedError, match="branching"):
         await cp.copy_thread("t", "u")
+
+
+async def test_put_checkpoint_writes_verbatim(checkpointer: BaseCheckpointer) -> None:
+    """An import keeps ids, created_at and save metadata exactly; latest is the newest created_at."""
+    from datetime import UTC, datetime
+
+    from tulip_nb.memory.checkpointer import Checkpoint
+
+    t0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    stamps = {"c-old": t0, "c-mid": t0.replace(minute=5), "c-new": t0.replace(hour=13)}
+    metas: dict[str, dict[str, Any]] = {
+        "c-old": {"source": "import", "nested": {"k": [1, 2]}},  # no parent_checkpoint_id: none added
+        "c-mid": {"parent_checkpoint_id": "c-old", "step": 2},
+        "c-new": {"parent_checkpoint_id": "c-mid", "forked_from": "x"},
+    }
+    tid = "imp/ort:1"
+    for cid in ("c-new", "c-old", "c-mid"):  # out of order on purpose
+        await checkpointer.put_checkpoint(Checkpoint(cid, tid, stamps[cid], full_state(marker=cid), metas[cid]))
+    infos = await checkpointer.list_checkpoint_infos(tid)
+    assert [i.checkpoint_id for i in infos] == ["c-new", "c-mid", "c-old"]
+    assert {i.checkpoint_id: i.created_at for i in infos} == stamps
+    assert {i.checkpoint_id: i.metadata for i in infos} == metas
+    for cid in stamps:
+        ckpt = await checkpointer.load_checkpoint(tid, cid)
+        assert ckpt is not None and ckpt.created_at == stamps[cid] and ckpt.metadata == metas[cid]
+        assert dump(ckpt.state) == dump(full_state(marker=cid))
+    latest = await checkpointer.load(tid)
+    assert latest is not None and dump(latest) == dump(full_state(marker="c-new"))
+    # putting the same id again replaces it: nothing duplicated
+    await checkpointer.put_checkpoint(Checkpoint("c-mid", tid, stamps["c-mid"], full_state(marker="z"), metas["c-mid"]))
+    assert await checkpointer.list_checkpoints(tid) == ["c-new", "c-mid", "c-old"]
+    again = await checkpointer.load(tid, "c-mid")
+    assert again is not None and dump(again) == dump(full_state(marker="z"))
+    # a normal save afterwards continues the lineage from the newest
+    cid = await checkpointer.save(full_state(), tid)
+    infos = await checkpointer.list_checkpoint_infos(tid)
+    assert infos[0].checkpoint_id == cid and infos[0].parent_checkpoint_id == "c-new"
+    assert infos[0].created_at > stamps["c-new"]

@@ -122,6 +122,20 @@ async def test_latest_follows_created_at_not_last_modified(s3: Any, raw: Any, bu
     assert loaded is not None and loaded.messages[1].content == "question 0 b"
 
 
+async def test_a_stale_pointer_written_by_tulip_loses_to_created_at(s3: Any, raw: Any, bucket: str) -> None:
+    a = await s3.save(full_state(marker="a"), "t")
+    b = await s3.save(full_state(marker="b"), "t")
+    # tulip re-points _latest by LastModified (1 s resolution) and stamps nothing: it can name ``a``
+    raw.put_object(Bucket=bucket, Key="tulip/checkpoints/t/_latest", Body=a.encode(), ContentType="text/plain")
+    fresh = _backend(bucket)
+    try:
+        assert (await fresh.load("t")).messages[1].content == "question 0 b"  # type: ignore[union-attr]
+        ckpt = await fresh.load_checkpoint("t")
+        assert ckpt is not None and ckpt.checkpoint_id == b
+    finally:
+        await fresh.close()
+
+
 async def test_dangling_pointer_falls_back_to_created_at(s3: Any, raw: Any, bucket: str) -> None:
     a = await s3.save(full_state(marker="a"), "t")
     b = await s3.save(full_state(marker="b"), "t")

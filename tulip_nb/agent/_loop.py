@@ -72,8 +72,13 @@ def _elapsed_ms(t0: float) -> float:
 class TurnRunner:
     """Advances one turn of one thread; see the module docstring."""
 
-    def __init__(self, agent: Agent, state: AgentState, thread_id: str | None, *, every: int | None) -> None:
+    def __init__(
+        self, agent: Agent, state: AgentState, thread_id: str | None, *, every: int | None, parent: str | None = None
+    ) -> None:
         self.agent = agent
+        self.parent = parent
+        """The thread's latest checkpoint as this turn knows it ("" = empty thread): with
+        ``agent.strict_concurrency`` every save is a compare-and-swap on it."""
         self.state = state
         self.thread_id = thread_id
         self.every = every
@@ -105,8 +110,9 @@ class TurnRunner:
         if kind == "iteration":
             state.metadata[ITER_KEY] = [*state.metadata.get(ITER_KEY, []), cid]
         meta = {"source": kind, "run_id": state.run_id, "iteration": state.iteration}
-        cid = await cp.save(state, self.thread_id, cid, meta)
-        self.checkpoint_id = cid
+        expected = (self.parent or "") if self.agent.strict_concurrency else None
+        cid = await cp.save(state, self.thread_id, cid, meta, expected_parent=expected)
+        self.checkpoint_id = self.parent = cid
         await emit(
             self.agent.hooks,
             "on_checkpoint_saved",

@@ -30,6 +30,7 @@ event loop) without ``nest_asyncio``. Stepping: ``async for step in agent.iterat
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Literal
@@ -79,6 +80,9 @@ class Agent(AgentBase):
     ``NullManager()`` to send everything); ``hooks`` objects with ``on_*`` methods
     (:mod:`tulip_nb.agent.events`); ``messages`` pre-loads the history of the thread-less
     conversation (``{"role", "content"}`` dicts with text or ``[{"text": ...}]`` content).
+    ``strict_concurrency=True`` makes every save of a turn a compare-and-swap on the checkpoint the
+    turn started from: when another process saved the thread meanwhile, the run raises
+    :class:`~tulip_nb.core.errors.CheckpointConflict` instead of the default last write wins.
     """
 
     def __init__(
@@ -94,6 +98,7 @@ class Agent(AgentBase):
         hooks: Sequence[Any] = (),
         messages: Iterable[Any] | None = None,
         agent_id: str | None = None,
+        strict_concurrency: bool = False,
     ) -> None:
         if max_iterations < 1:
             raise UserError(f"max_iterations must be at least 1, got {max_iterations}")
@@ -114,6 +119,7 @@ class Agent(AgentBase):
         self.checkpoint_every_n_iterations = checkpoint_every_n_iterations
         self.hooks: tuple[Any, ...] = tuple(hooks)
         self.agent_id = agent_id
+        self.strict_concurrency = strict_concurrency
         # In-memory conversations: the thread-less one (key None), threads run without a
         # checkpointer, and the last seen state of checkpointed threads (for ``agent.messages``).
         self._local: dict[str | None, AgentState] = {}
@@ -210,13 +216,16 @@ class Agent(AgentBase):
         return self._drive(lambda: self._start_resume(response, thread_id, metadata))
 
     # -- internals ------------------------------------------------------------------------------
-    async def _load(self, thread_id: str | None) -> AgentState | None:
+    async def _load(self, thread_id: str | None) -> tuple[AgentState | None, str | None]:
+        """The thread's state to continue from, and the id of the checkpoint it came from."""
+        parent: str | None = None
         if thread_id is not None:
             validate_thread_id(thread_id)
         state: AgentState | None
         if self.checkpointer is not None and thread_id is not None:
             ckpt = await self.checkpointer.load_checkpoint(thread_id)
             state = ckpt.state if ckpt is not None else None
+            parent = ckpt.checkpoint_id if ckpt is not None else ""
             if ckpt is not None:
                 await emit(
                     self.hooks,
@@ -232,12 +241,12 @@ class Agent(AgentBase):
         stored = state.metadata.get(STATE_KEY) if state is not None else None
         self.conversation_manager.restore_from_session(stored if isinstance(stored, dict) else {})
         self._current = thread_id
-        return state
+        return state, parent
 
     async def _start(self, prompt: str, thread_id: str | None, metadata: dict[str, Any] | None) -> _Started:
         if not isinstance(prompt, str):
             raise UserError(f"prompt must be a str, got {type(prompt).__name__}")
-        existing = await self._load(thread_id)
+        existing, parent = await self._load(thread_id)
         state = start_turn(
             existing,
             prompt,
@@ -247,17 +256,17 @@ class Agent(AgentBase):
             max_iterations=self.max_iterations,
         )
         self._local[thread_id] = state
-        return TurnRunner(self, state, thread_id, every=self.checkpoint_every_n_iterations), None
+        return TurnRunner(self, state, thread_id, every=self.checkpoint_every_n_iterations, parent=parent), None
 
     async def _start_resume(self, response: Any, thread_id: str | None, metadata: dict[str, Any] | None) -> _Started:
-        state = await self._load(thread_id)
+        state, parent = await self._load(thread_id)
         if state is None:
             raise NothingToResume("there is no saved conversation to resume", thread_id=thread_id)
         info = run_info(state)
         status = info.get("status")
         if metadata:
             state.metadata.update(metadata)
-        runner = TurnRunner(self, state, thread_id, every=None)
+        runner = TurnRunner(self, state, thread_id, every=None, parent=parent)
         if status == "interrupted":
             if response is None:
                 question = (info.get("pending") or {}).get("question")
@@ -398,6 +407,29 @@ class Agent(AgentBase):
             CheckpointSaved(thread_id, cid, "update", state.iteration, len(state.messages)),
         )
         return cid
+
+    def clone(self, *, hooks: Sequence[Any] = (), strict_concurrency: bool | None = None) -> Agent:
+        """A twin for one concurrent caller: same model, tools, prompt and checkpointer; its own
+        in-memory conversations and a fresh conversation manager (``clone_for_spawn()``).
+
+        An agent keeps per-conversation working state (the manager's plan, the last thread run),
+        so concurrent runs on *one* agent object must each use a clone — a server makes one per
+        request. ``hooks`` are added after the agent's own.
+
+        ::
+
+            twin = agent.clone(hooks=[printer], strict_concurrency=True)
+        """
+        twin = copy.copy(self)
+        twin._manager = self.conversation_manager.clone_for_spawn()
+        preloaded = self._local.get(None)
+        twin._local = {None: snapshot(preloaded)} if preloaded is not None else {}
+        twin._override = {}
+        twin._current = None
+        twin.hooks = (*self.hooks, *hooks)
+        if strict_concurrency is not None:
+            twin.strict_concurrency = strict_concurrency
+        return twin
 
     # -- agents as tools ------------------------------------------------------------------------
     def spawn(self) -> Agent:

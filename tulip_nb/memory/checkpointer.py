@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
-from datetime import datetime
+from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
@@ -55,6 +55,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointInfo",
     "new_checkpoint_id",
+    "validate_checkpoint",
     "validate_checkpoint_id",
     "validate_thread_id",
 ]
@@ -164,6 +165,27 @@ def save_metadata(metadata: dict[str, Any] | None, parent: str | None) -> dict[s
     return out
 
 
+def validate_checkpoint(checkpoint: object) -> Checkpoint:
+    """Check a :class:`Checkpoint` before :meth:`BaseCheckpointer.put_checkpoint` writes it.
+
+    Returns it with a timezone-aware ``created_at`` (a naive one is taken as UTC); raises
+    :class:`InvalidThreadId` for bad ids and ``TypeError`` for anything that is not a checkpoint.
+    """
+    if not isinstance(checkpoint, Checkpoint):
+        raise TypeError(f"put_checkpoint takes a Checkpoint, got {type(checkpoint).__name__}")
+    validate_thread_id(checkpoint.thread_id)
+    validate_checkpoint_id(checkpoint.checkpoint_id, checkpoint.thread_id)
+    if not isinstance(checkpoint.state, AgentState):
+        raise TypeError(f"Checkpoint.state must be an AgentState, got {type(checkpoint.state).__name__}")
+    if not isinstance(checkpoint.created_at, datetime):
+        raise TypeError(f"Checkpoint.created_at must be a datetime, got {type(checkpoint.created_at).__name__}")
+    if not isinstance(checkpoint.metadata, dict):
+        raise TypeError(f"Checkpoint.metadata must be a dict, got {type(checkpoint.metadata).__name__}")
+    if checkpoint.created_at.tzinfo is None:
+        checkpoint = replace(checkpoint, created_at=checkpoint.created_at.replace(tzinfo=UTC))
+    return checkpoint
+
+
 class BaseCheckpointer(ABC):
     """Persists :class:`~tulip_nb.core.AgentState` per thread; see the module docstring."""
 
@@ -253,6 +275,35 @@ class BaseCheckpointer(ABC):
             if ckpt is not None:
                 out.append(ckpt.info)
         return out
+
+    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Write ``checkpoint`` verbatim: an import, not a save.
+
+        Unlike :meth:`save`, nothing is minted or added: the checkpoint keeps its id, its
+        ``created_at`` and its save metadata exactly as given (no ``parent_checkpoint_id`` is
+        computed), so a thread copied checkpoint by checkpoint, oldest first, arrives with its
+        history and lineage intact. A checkpoint with the same id in the thread is replaced; the
+        thread's latest stays the newest ``created_at``. Each checkpoint is written whole or not at
+        all, so an import that dies midway can be re-run.
+
+        Backends override this natively. This fallback goes through :meth:`save`, which keeps the
+        id, state and given metadata but stamps ``created_at`` anew (and adds
+        ``parent_checkpoint_id`` when the metadata lacks it): a verified export reports that.
+
+        >>> import asyncio
+        >>> from datetime import UTC, datetime
+        >>> from tulip_nb.core import AgentState
+        >>> from tulip_nb.memory.backends import MemoryCheckpointer
+        >>> cp = MemoryCheckpointer()
+        >>> when = datetime(2026, 1, 2, tzinfo=UTC)
+        >>> asyncio.run(cp.put_checkpoint(Checkpoint("c1", "t", when, AgentState(), {"k": 1})))
+        >>> asyncio.run(cp.list_checkpoint_infos("t"))[0].metadata
+        {'k': 1}
+        """
+        checkpoint = validate_checkpoint(checkpoint)
+        await self.save(
+            checkpoint.state, checkpoint.thread_id, checkpoint.checkpoint_id, dict(checkpoint.metadata)
+        )
 
     async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release connections and files; the checkpointer is unusable afterwards."""

@@ -1,6 +1,7 @@
 """ASGI servers. Imported lazily: ``import tulip_nb.server`` pulls in no web stack until a name is used.
 
 - :func:`checkpoint_app`: any checkpointer over tulip's HTTP checkpoint protocol.
+- :class:`AgentServer`: an agent as an HTTP service (invoke, SSE stream, resume, threads).
 """
 
 from __future__ import annotations
@@ -8,11 +9,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["checkpoint_app"]
+__all__ = ["AgentServer", "checkpoint_app"]
 
 # name -> module (import on first use: starlette is an optional dependency, ``tulip_nb[server]``)
 _LAZY: dict[str, str] = {
     "checkpoint_app": "tulip_nb.server.checkpoint_app",
+    "AgentServer": "tulip_nb.server.agent_server",
 }
 
 

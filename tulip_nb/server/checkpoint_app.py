@@ -20,6 +20,8 @@ tulip_nb extensions (ignored by tulip; used by :class:`tulip_nb.memory.backends.
                                         (412 {"error": "CheckpointConflict", "actual": ...})
     GET    /threads/{tid}/latest        -> the latest envelope | 404 {"error": "ThreadNotFound"}
     GET    /threads/{tid}/metadata[?checkpoint_id=]      -> {"metadata": {...} | null}
+    POST   /threads/{tid}/checkpoints  with X-Tulip-NB-Put: verbatim   put_checkpoint (id, created_at,
+                                        metadata stored as sent: an import)
     POST   /threads/{tid}/copy          body {"dest_thread_id"} -> {"copied": true}
     GET    /threads?limit=&pattern=     -> {"threads": [...]}
     GET    /threads-with-metadata?limit=              -> {"threads": [{"thread_id", ...}]}
@@ -48,7 +50,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tulip_nb.core._time import iso_offset
+from tulip_nb.core._time import iso_offset, parse_datetime
 from tulip_nb.core.errors import (
     BackendUnavailable,
     CapabilityNotSupported,
@@ -65,6 +67,7 @@ from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, Checkpoin
 __all__ = ["checkpoint_app"]
 
 EXTENSIONS_VERSION = 1
+_ENVELOPE_KEYS = frozenset(("checkpoint_id", "thread_id", "created_at", "metadata", "state"))
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -210,6 +213,13 @@ def checkpoint_app(checkpointer: BaseCheckpointer, *, debug: bool = False) -> St
         if not isinstance(meta, dict):
             raise ValueError("'metadata' must be an object")
         cid = body.get("checkpoint_id")
+        if request.headers.get("x-tulip-nb-put") == "verbatim":  # an import: store as sent
+            created = parse_datetime(body["created_at"]) if "created_at" in body else None
+            if not cid or created is None:
+                raise ValueError("a verbatim put needs 'checkpoint_id' and 'created_at'")
+            extra = {k: v for k, v in body.items() if k not in _ENVELOPE_KEYS}
+            await checkpointer.put_checkpoint(Checkpoint(str(cid), tid, created, state, meta, extra))
+            return _json({"checkpoint_id": cid, "thread_id": tid}, 201)
         expected = _precondition(request)
         try:
             saved = await checkpointer.save(

@@ -29,6 +29,7 @@ _LAZY: dict[str, str] = {
     "PostgreSQLBackend": "tulip_nb.memory.backends.postgresql",
     "MySQLBackend": "tulip_nb.memory.backends.mysql",
     "OpenSearchBackend": "tulip_nb.memory.backends.opensearch",
+    "TulipPgCheckpointer": "tulip_nb.memory.backends.tulip_pg",
 }
 
 

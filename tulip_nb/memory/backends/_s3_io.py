@@ -53,7 +53,7 @@ class Listed:
 
 def _import_boto3() -> Any:
     try:
-        import boto3  # type: ignore[import-untyped]
+        import boto3
     except ImportError as e:  # pragma: no cover - exercised only without the extra
         raise ImportError(
             "S3Backend needs boto3. Install it with: pip install 'tulip_nb[s3]'"
@@ -107,7 +107,7 @@ class S3IO:
         self.region_name = region_name
         if client is None:
             boto3 = _import_boto3()
-            from botocore.config import Config  # type: ignore[import-untyped]
+            from botocore.config import Config
 
             config = Config(
                 max_pool_connections=max_pool_connections,
@@ -125,7 +125,7 @@ class S3IO:
                 config=config,
             )
         self.client = client
-        from botocore import exceptions  # type: ignore[import-untyped]
+        from botocore import exceptions
 
         self._exc = exceptions
 

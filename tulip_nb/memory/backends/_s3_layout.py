@@ -55,6 +55,9 @@ class Head:
     checkpoint_id: str
     etag: str
     created_at: datetime | None
+    stamped: bool = True
+    """False when the pointer carries no tulip_nb created-at stamp (tulip wrote it): tulip points
+    ``_latest`` by LastModified (1 s resolution), so such a pointer is checked against the listing."""
 
 
 def parse_key(key: str, prefix: str) -> ParsedKey | None:

@@ -57,6 +57,7 @@ from tulip_nb.memory.checkpointer import (
     CheckpointInfo,
     new_checkpoint_id,
     save_metadata,
+    validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
@@ -171,6 +172,27 @@ class StorageBackendAdapter(BaseCheckpointer):
             return cid
 
         return await self.backend.transact(ikey, body)
+
+    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Write a checkpoint verbatim, record, index and ``:latest`` in one transaction."""
+        ckpt = validate_checkpoint(checkpoint)
+        thread_id, cid = ckpt.thread_id, check_checkpoint_id(ckpt.checkpoint_id, ckpt.thread_id)
+        meta = dict(ckpt.metadata)
+        record = encode_record(state_json_bytes(ckpt.state), cid, ckpt.created_at, meta)
+        ikey, rkey = index_key(thread_id), record_key(thread_id, cid)
+
+        async def body(txn: Txn) -> None:
+            before = parse_index(await txn.get(ikey), where=self._where(ikey))
+            entries = [e for e in before if e.checkpoint_id != cid] + [IndexEntry(cid, ckpt.created_at, meta)]
+            entries.sort(key=lambda e: e.created_at, reverse=True)
+            txn.put(rkey, record, _dumps(meta))
+            if entries[0].checkpoint_id == cid:
+                txn.copy(rkey, latest_key(thread_id))
+            elif before and before[0].checkpoint_id == cid:  # the old newest moved back in time
+                txn.copy(record_key(thread_id, entries[0].checkpoint_id), latest_key(thread_id))
+            txn.put(ikey, encode_index(entries))
+
+        await self.backend.transact(ikey, body)
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         validate_thread_id(thread_id)

@@ -64,6 +64,7 @@ from tulip_nb.memory.checkpointer import (
     CheckpointInfo,
     new_checkpoint_id,
     save_metadata,
+    validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
@@ -382,6 +383,25 @@ class FileCheckpointer(BaseCheckpointer):
             self._append_index(directory, [self._index_line(path.name, info)])
         return cid
 
+    def _put_sync(self, ckpt: Checkpoint) -> None:
+        cid, thread_id = ckpt.checkpoint_id, ckpt.thread_id
+        directory = self.thread_dir(thread_id)
+        path = directory / (safe_name(cid) + ".json")
+        with self._locked(directory, create=True):
+            self._scan(directory)
+            existing = self._scan_entry(directory, path.name)
+            if isinstance(existing, CheckpointInfo) and existing.thread_id != thread_id:
+                raise CheckpointConflict(
+                    "checkpoint id already used by another thread in the same directory",
+                    thread_id=thread_id,
+                    checkpoint_id=cid,
+                    path=str(path),
+                )
+            meta = dict(ckpt.metadata)
+            parts = encode_envelope_parts(cid, thread_id, ckpt.created_at, ckpt.state, meta, ckpt.extra or None)
+            self._write_atomic(path, parts)
+            self._remember(path, CheckpointInfo(cid, thread_id, ckpt.created_at, meta))
+
     def _scan_entry(self, directory: Path, name: str) -> _Entry | None:
         with self._heads_lock:
             return self._heads.get(directory, {}).get(name)
@@ -535,6 +555,9 @@ class FileCheckpointer(BaseCheckpointer):
         expected_parent: str | None = None,
     ) -> str:
         return await asyncio.to_thread(self._save_sync, state, thread_id, checkpoint_id, metadata, expected_parent)
+
+    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        await asyncio.to_thread(self._put_sync, validate_checkpoint(checkpoint))
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         return await asyncio.to_thread(self._load_sync, thread_id, checkpoint_id)

@@ -46,11 +46,15 @@ from tulip_nb.memory.checkpointer import (
     Checkpoint,
     CheckpointInfo,
     new_checkpoint_id,
+    validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
 
-__all__ = ["HTTPCheckpointer", "segment"]
+__all__ = ["PUT_HEADER", "HTTPCheckpointer", "segment"]
+
+PUT_HEADER = "x-tulip-nb-put"
+"""Request header (tulip_nb extension): store the POSTed envelope verbatim (``put_checkpoint``)."""
 
 
 def segment(value: str) -> str:
@@ -222,6 +226,22 @@ class HTTPCheckpointer(BaseCheckpointer):
         except (orjson.JSONDecodeError, AttributeError):
             returned = None
         return str(returned or cid)
+
+    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Write a checkpoint verbatim: a tulip_nb server stores it as sent (``X-Tulip-NB-Put``);
+        a plain tulip-protocol server only offers :meth:`save` (the base class's fallback)."""
+        ckpt = validate_checkpoint(checkpoint)
+        if not await self._ext():
+            await super().put_checkpoint(ckpt)
+            return
+        t, cid = ckpt.thread_id, ckpt.checkpoint_id
+        body = encode_envelope(cid, t, ckpt.created_at, ckpt.state, dict(ckpt.metadata), ckpt.extra or None)
+        headers = {"content-type": "application/json", PUT_HEADER: "verbatim"}
+        resp = await self._request(
+            "POST", self._t(t) + "/checkpoints", action="put a checkpoint", content=body, headers=headers
+        )
+        if resp.status_code >= 300:
+            raise self._fail(resp, "put a checkpoint", t, cid)
 
     def _parse(self, body: bytes, thread_id: str, checkpoint_id: str, url: str) -> Checkpoint:
         """An envelope (any key order) or a bare state, as the protocol allows either."""

@@ -31,6 +31,7 @@ from tulip_nb.memory.checkpointer import (
     CheckpointInfo,
     new_checkpoint_id,
     save_metadata,
+    validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
@@ -136,6 +137,15 @@ class MemoryCheckpointer(BaseCheckpointer):
             records.pop(cid, None)
             records[cid] = record
         return cid
+
+    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        ckpt = validate_checkpoint(checkpoint)
+        info = CheckpointInfo(ckpt.checkpoint_id, ckpt.thread_id, ckpt.created_at, dict(ckpt.metadata))
+        record = _Record.of(info, ckpt.state)
+        with self._lock:
+            records = self._threads.setdefault(ckpt.thread_id, {})
+            records.pop(ckpt.checkpoint_id, None)
+            records[ckpt.checkpoint_id] = record
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         validate_thread_id(thread_id)

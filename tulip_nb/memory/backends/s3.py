@@ -64,6 +64,7 @@ from tulip_nb.memory.checkpointer import (
     CheckpointInfo,
     new_checkpoint_id,
     save_metadata,
+    validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
@@ -216,7 +217,7 @@ class S3Backend(BaseCheckpointer):
         if created is None and cid:  # written by tulip: read the checkpoint's own stamp
             info = await self._info_of(thread_id, cid)
             created = info.created_at if info else None
-        head = Head(cid, stored.etag, created)
+        head = Head(cid, stored.etag, created, stamped=bool(raw))
         self._heads[thread_id] = head
         return head
 
@@ -357,11 +358,46 @@ class S3Backend(BaseCheckpointer):
                 return cid
         raise CheckpointConflict(f"gave up after {_SAVE_ATTEMPTS} racing writers", thread_id=thread_id)
 
+    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Write a checkpoint verbatim (see :meth:`BaseCheckpointer.put_checkpoint`).
+
+        ``.meta.json`` goes first and ``<cid>.json`` second (a checkpoint is listed once its
+        ``.json`` exists, so it is never seen without its metadata); ``_latest`` is re-pointed
+        only when this checkpoint is the newest, conditionally, re-reading it after a lost race.
+        """
+        from tulip_nb.memory.backends._s3_io import PreconditionFailed
+
+        ckpt = validate_checkpoint(checkpoint)
+        cid, thread_id, created = ckpt.checkpoint_id, ckpt.thread_id, ckpt.created_at
+        ckpt_key, meta_key = self._key(thread_id, cid), self._key(thread_id, cid, ".meta.json")
+        meta = dict(ckpt.metadata)
+        async with self._lock(thread_id):
+            await self._run(self._io.put, meta_key, meta_body(cid, thread_id, created, meta), "application/json")
+            body = ckpt_body(cid, thread_id, created, ckpt.state.to_json_bytes())
+            await self._run(self._io.put, ckpt_key, body, "application/json")
+            self._infos[meta_key] = ("", CheckpointInfo(cid, thread_id, created, meta))
+            for _ in range(_SAVE_ATTEMPTS):
+                head = await self._read_head(thread_id)
+                stale = head is not None and head.checkpoint_id != cid and head.created_at is not None
+                if stale and head.created_at >= created:  # type: ignore[union-attr,operator]
+                    return  # an older checkpoint: the pointer stays on the newest
+                try:
+                    await self._write_head(thread_id, cid, created, prev=head)
+                except PreconditionFailed:
+                    continue
+                return
+        raise CheckpointConflict(f"gave up re-pointing _latest after {_SAVE_ATTEMPTS} racing writers",
+                                 thread_id=thread_id, checkpoint_id=cid)
+
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         explicit = checkpoint_id is not None
         if checkpoint_id is None:
             head = await self._read_head(thread_id)
             checkpoint_id = head.checkpoint_id if head else None
+            if head is not None and not head.stamped:  # tulip's pointer: latest is by created_at
+                infos = await self._thread_infos(thread_id)
+                if infos and infos[0].checkpoint_id != checkpoint_id:
+                    checkpoint_id = infos[0].checkpoint_id
         ckpt = None
         if checkpoint_id:
             ckpt = await self._fetch(thread_id, checkpoint_id)
@@ -395,7 +431,7 @@ class S3Backend(BaseCheckpointer):
                 raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
             return ckpt.state
         head = await self._read_head(thread_id)
-        if head is not None and head.checkpoint_id:
+        if head is not None and head.checkpoint_id and head.stamped:  # our pointer: no listing needed
             ckpt = await self._fetch(thread_id, head.checkpoint_id, with_meta=False)
             if ckpt is not None:
                 return ckpt.state

@@ -1,0 +1,257 @@
+"""What-if branches: fork a saved thread at any point, and sweep variants over one branch point.
+
+A fork copies the history up to a point into a **new thread** of the same checkpointer, optionally
+with one message edited, and records lineage in the new thread's first save metadata
+(``forked_from``, ``parent_checkpoint_id``, ``fork_message_index``), so :func:`diff_threads`
+finds where the branch left the original::
+
+    from tulip_nb.lab import fork, sweep
+
+    b = fork(thread, at=4, edit="Refund ord-4821 only if unopened.")   # message 4 rewritten
+    b = fork(thread, at=checkpoint_id)                                  # a checkpoint as it was
+    sweep(thread, at=4, agent=agent, variants={
+        "gpt-4o": {"model": "openai:gpt-4o"},
+        "terse": {"system_prompt": "Answer in one line."},
+        "no db": {"tool_override": {"query_db": lambda sql: "db offline"}},
+    })                                                     # one row per variant
+
+``at`` is a checkpoint id or a message index (negative counts from the end): the branch keeps the
+messages up to and including that index. An edit drops whatever followed the edited message (it
+was a consequence of the old text); the branch's next run regenerates it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tulip_nb.agent import Agent
+from tulip_nb.agent._loop import snapshot
+from tulip_nb.agent._turn import RUN_KEY
+from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
+from tulip_nb.core.messages import Message
+from tulip_nb.core.state import AgentState
+from tulip_nb.lab._common import FORK_INDEX_KEY, Edit, apply_edit, run
+from tulip_nb.lab.thread import Thread, aopen_thread
+from tulip_nb.memory._events import EVENTS_KEY, STATE_KEY
+from tulip_nb.memory._history import fingerprint
+from tulip_nb.tools import Tool
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["afork", "asweep", "branch_state", "fork", "save_branch", "sweep"]
+
+VARIANT_KEYS = frozenset({"model", "system_prompt", "edit", "conversation_manager", "tool_override"})
+
+
+def branch_state(state: AgentState, messages: list[Message]) -> AgentState:
+    """A copy of ``state`` holding ``messages``, ready to continue as a branch.
+
+    Compaction events that do not describe a prefix of ``messages`` are dropped, as is the
+    manager's saved plan when it no longer applies; an unfinished turn is marked ``running`` so
+    ``agent.resume(thread_id=...)`` continues it.
+    """
+    new = snapshot(state)
+    new.messages = list(messages)
+    events = new.metadata.get(EVENTS_KEY)
+    if events:
+        keep = []
+        for e in events:
+            plan = e.get("plan") or {}
+            n = int(plan.get("n", 0))
+            if n <= len(messages) and plan.get("fp") == fingerprint(messages, n):
+                keep.append(e)
+        new.metadata[EVENTS_KEY] = keep
+    mstate = new.metadata.get(STATE_KEY)
+    if isinstance(mstate, dict) and isinstance(mstate.get("plan"), dict):
+        plan = mstate["plan"]
+        n = int(plan.get("n", 0))
+        if n > len(messages) or plan.get("fp") != fingerprint(messages, n):
+            new.metadata[STATE_KEY] = {**mstate, "plan": None}
+    # per-turn bookkeeping describes the turn the branch point is in
+    start = max((i for i, m in enumerate(messages) if m.role == "user"), default=0)
+    turn = messages[start:]
+    new.iteration = sum(1 for m in turn if m.role == "assistant")
+    ids = {m.tool_call_id for m in turn if m.role == "tool"}
+    new.tool_executions = [ex for ex in new.tool_executions if ex.tool_call_id in ids]
+    new.tool_history = [ex.tool_name for ex in new.tool_executions]
+    new.reasoning_steps = [r for r in new.reasoning_steps if r.iteration <= new.iteration]
+    last = messages[-1] if messages else None
+    done = last is not None and last.role == "assistant" and not last.tool_calls
+    status = "complete" if done else "running"
+    new.metadata[RUN_KEY] = {"status": status, "run_id": new.run_id}
+    return new
+
+
+async def save_branch(
+    thread: Thread,
+    state: AgentState,
+    parent: str,
+    *,
+    new_thread_id: str | None,
+    index: int,
+    source: str,
+    extra: Mapping[str, Any] | None = None,
+) -> str:
+    """Save ``state`` as the first checkpoint of a new thread branched from ``thread`` at ``parent``."""
+    new_id = new_thread_id or f"{thread.thread_id}-{source}-{uuid.uuid4().hex[:8]}"
+    meta = {
+        "forked_from": thread.thread_id,
+        "parent_checkpoint_id": parent,
+        "source": source,
+        FORK_INDEX_KEY: index,
+        **(extra or {}),
+    }
+    try:
+        await thread.checkpointer.save(state, new_id, metadata=meta, expected_parent="")
+    except CheckpointConflict as e:
+        raise CheckpointConflict("branch target thread already exists", thread_id=new_id) from e
+    return new_id
+
+
+async def _point(thread: Thread, at: str | int) -> tuple[AgentState, int, str]:
+    """(source state, message index, parent checkpoint) of a fork point."""
+    if isinstance(at, bool) or not isinstance(at, (str, int)):
+        raise UserError(f"at= must be a checkpoint id or a message index, got {at!r}", thread_id=thread.thread_id)
+    if isinstance(at, str):
+        ck = await thread.acheckpoint(at)
+        n = len(ck.state.messages)
+        if n == 0:
+            raise UserError("cannot fork at a checkpoint without messages", thread_id=thread.thread_id, at=at)
+        return ck.state, n - 1, ck.checkpoint_id
+    msgs = thread.final_messages
+    index = at + len(msgs) if at < 0 else at
+    if not 0 <= index < len(msgs):
+        raise CheckpointNotFound(
+            f"fork point is past the end: the thread has {len(msgs)} messages",
+            thread_id=thread.thread_id,
+            at=at,
+        )
+    await thread.ahistory()
+    parent = thread.prefix_checkpoint(msgs[: index + 1]) or thread.latest
+    return thread.latest.state, index, parent.checkpoint_id
+
+
+async def afork(thread: Thread, at: str | int, edit: Edit | None = None, new_thread_id: str | None = None) -> Thread:
+    """Async :func:`fork`."""
+    state, index, parent = await _point(thread, at)
+    msgs, _ = apply_edit(state.messages[: index + 1], edit, index, f"thread {thread.thread_id!r}")
+    new_id = await save_branch(
+        thread, branch_state(state, msgs), parent, new_thread_id=new_thread_id, index=index, source="fork"
+    )
+    return await aopen_thread(thread.checkpointer, new_id, counter=thread.counter)
+
+
+def fork(thread: Thread, at: str | int, edit: Edit | None = None, new_thread_id: str | None = None) -> Thread:
+    """A new thread with ``thread``'s history up to ``at`` (module docstring); returns its handle.
+
+    Errors name the thread and the point: a checkpoint not in the thread or an index past the end
+    raise :class:`CheckpointNotFound`; a taken ``new_thread_id`` :class:`CheckpointConflict`.
+    """
+    return run(afork(thread, at, edit, new_thread_id))
+
+
+def _variant_agent(base: Agent | None, spec: Mapping[str, Any], name: str, cp: Any) -> Agent:
+    unknown = set(spec) - VARIANT_KEYS
+    if unknown:
+        raise UserError(f"variant {name!r}: unknown keys {sorted(unknown)}; allowed: {sorted(VARIANT_KEYS)}")
+    model = spec.get("model", base.model if base is not None else None)
+    if model is None:
+        raise UserError(f"variant {name!r} needs a model: pass agent= or a 'model' entry")
+    tools: dict[str, Any] = dict(base.tools_by_name) if base is not None else {}
+    for tname, fn in (spec.get("tool_override") or {}).items():
+        tools[tname] = fn if isinstance(fn, Tool) else Tool(fn, name=tname)
+    manager = spec.get("conversation_manager")
+    if manager is None and base is not None:
+        manager = base.conversation_manager.clone_for_spawn()
+    return Agent(
+        model,
+        list(tools.values()),
+        system_prompt=spec.get("system_prompt", base.system_prompt if base is not None else None),
+        checkpointer=cp,
+        conversation_manager=manager,
+        max_iterations=base.max_iterations if base is not None else 20,
+    )
+
+
+async def asweep(
+    thread: Thread,
+    at: str | int,
+    variants: Mapping[str, Mapping[str, Any]],
+    *,
+    prompt: str | None = None,
+    agent: Agent | None = None,
+    concurrency: int = 4,
+) -> pd.DataFrame:
+    """Async :func:`sweep`."""
+    import pandas as pd
+
+    if concurrency < 1:
+        raise UserError(f"concurrency must be at least 1, got {concurrency}")
+    agents = {name: _variant_agent(agent, spec, name, thread.checkpointer) for name, spec in variants.items()}
+    state, index, parent = await _point(thread, at)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(name: str) -> dict[str, Any]:
+        spec = variants[name]
+        msgs, _ = apply_edit(state.messages[: index + 1], spec.get("edit"), index, f"thread {thread.thread_id!r}")
+        if "system_prompt" in spec and spec["system_prompt"] is not None:
+            system = Message.system(spec["system_prompt"])
+            msgs = [system, *msgs[1:]] if msgs and msgs[0].role == "system" else [system, *msgs]
+        branch = branch_state(state, msgs)
+        row: dict[str, Any] = {
+            "variant": name,
+            "thread_id": None,
+            "final_answer": None,
+            "iterations": 0,
+            "tool_trajectory": [],
+            "tokens": 0,
+            "compactions": 0,
+            "error": None,
+        }
+        async with gate:
+            try:
+                tid = await save_branch(
+                    thread, branch, parent, new_thread_id=None, index=index, source="sweep", extra={"variant": name}
+                )
+                row["thread_id"] = tid
+                before = len(branch.metadata.get(EVENTS_KEY) or [])
+                a = agents[name]
+                result = await (a.run(prompt, thread_id=tid) if prompt is not None else a.resume(thread_id=tid))
+                row.update(
+                    final_answer=result.text,
+                    iterations=result.iterations,
+                    tool_trajectory=[ex.tool_name for ex in result.tool_calls],
+                    tokens=result.usage.total_tokens,
+                    compactions=len(result.state.metadata.get(EVENTS_KEY) or []) - before,
+                )
+            except Exception as e:  # one failed variant must not sink the sweep
+                row["error"] = f"{type(e).__name__}: {e}"
+        return row
+
+    rows = await asyncio.gather(*(one(n) for n in variants))
+    cols = ["variant", "thread_id", "final_answer", "iterations", "tool_trajectory", "tokens", "compactions", "error"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def sweep(
+    thread: Thread,
+    at: str | int,
+    variants: Mapping[str, Mapping[str, Any]],
+    *,
+    prompt: str | None = None,
+    agent: Agent | None = None,
+    concurrency: int = 4,
+) -> pd.DataFrame:
+    """Run one branch per variant from the same point; a DataFrame row per variant.
+
+    Each variant (``{"model", "system_prompt", "edit", "conversation_manager", "tool_override"}``,
+    all optional; the rest comes from ``agent``) is forked at ``at`` into its own thread, then runs
+    ``prompt`` as a new turn (or, without a prompt, continues the unfinished turn at that point).
+    Columns: variant, thread_id, final_answer, iterations, tool_trajectory, tokens, compactions,
+    error (a failed variant is reported, not raised). At most ``concurrency`` run at once.
+    """
+    return run(asweep(thread, at, variants, prompt=prompt, agent=agent, concurrency=concurrency))

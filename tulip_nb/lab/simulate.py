@@ -1,0 +1,444 @@
+"""The compaction simulator: try conversation-manager settings on a saved thread, no model calls.
+
+For every model call a thread recorded, the simulator hands the history as it was at that call to
+a real conversation manager (the same :class:`~tulip_nb.memory.compactor.LLMCompactor`,
+:class:`~tulip_nb.memory.managers.SlidingWindowManager`, ... an agent runs), exactly as the agent
+does (``await manager.aapply(history, tools=..., state=...)``), and reads back what it decided:
+the plan in effect and the compaction events it recorded. A summariser in a config is replaced by
+a *length model* (a stub whose summary is 10 % of what it replaces, at most 2000 tokens; it keeps
+no facts) unless you pass ``summarizer=``. So the per-call numbers are the ones the agent would
+have recorded with that config on that thread::
+
+    from tulip_nb.lab import simulate_compaction, compaction_grid
+    from tulip_nb.memory.compactor import LLMCompactor, SlidingWindowManager
+
+    sim = simulate_compaction(thread, {
+        "compact 32k": LLMCompactor(context_length=32_000),
+        "window 40": SlidingWindowManager(window_size=40),
+    }, probes=[("order id", "ord-4821")])
+    sim.groupby("config")["compacted"].sum()
+    compaction_grid(thread, context_length=32_000)       # one row per trigger/tail fraction
+
+Columns per (config, call): ``call`` (0-based model call), ``turn``, ``iteration`` (in the turn),
+``n_messages``, ``full_tokens`` (everything), ``context_tokens`` (what the model is sent),
+``compacted``, ``trigger``, ``tokens_before`` / ``tokens_after`` (the event's), ``kept_tokens``,
+``pruned_tokens``, ``summarized_tokens``, ``dropped_tokens`` (original tokens of the messages in
+each state), ``summary_tokens``, the composition ``c_system``, ``c_tools``, ``c_user``,
+``c_assistant``, ``c_tool``, ``c_summary``, ``trigger_tokens`` / ``context_length`` (compactors)
+and one ``probe: <label>`` column per probe (True: the text is in the model's view; False: it was
+said but is no longer seen; None: not said yet).
+
+Calls where a manager provably changes nothing (below an LLMCompactor's trigger, inside a
+window, a null manager) are not sent to it: the plan in effect already gives the view. With
+``exact=True`` every call goes to the manager (slower; the tests check both agree).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tulip_nb.core.errors import UserError
+from tulip_nb.core.messages import Message
+from tulip_nb.core.state import AgentState
+from tulip_nb.lab._common import run
+from tulip_nb.memory._events import EVENTS_KEY
+from tulip_nb.memory._history import Plan, stub
+from tulip_nb.memory._summarizing import SummarizingConversationManager
+from tulip_nb.memory.compactor import LLMCompactor
+from tulip_nb.memory.managers import ConversationManager, NullManager, PlanningManager, SlidingWindowManager
+from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tulip_nb.lab.thread import Thread
+
+__all__ = ["compaction_grid", "length_summarizer", "simulate_compaction", "summarize_simulation"]
+
+_ROLES = ("system", "user", "assistant", "tool")
+Probe = tuple[str, str]
+
+
+def length_summarizer(
+    counter: TokenCounter | None = None, ratio: float = 0.1, max_tokens: int = 2000
+) -> Callable[[list[Message], str | None], str]:
+    """A stub summariser: text of ``ratio`` x the tokens it replaces (previous summary included),
+    at most ``max_tokens``. It calls no model and keeps no facts."""
+    c = counter or get_counter()
+
+    def summarize(messages: list[Message], previous: str | None) -> str:
+        tokens = sum(c.message_counts(messages)) + (c.count_text(previous) if previous else 0)
+        n = max(16, min(max_tokens, int(tokens * ratio)))
+        return f"[simulated summary of {len(messages)} messages]" + " summary" * n
+
+    summarize.__name__ = "length_summarizer"
+    return summarize
+
+
+def _messages_of(source: Thread | AgentState | Sequence[Message]) -> list[Message]:
+    if isinstance(source, AgentState):
+        return list(source.messages)
+    if isinstance(source, Sequence):
+        return list(source)
+    return list(source.final_messages)
+
+
+def _configs(configs: Mapping[str, Any] | Sequence[ConversationManager]) -> list[tuple[str, ConversationManager]]:
+    items = list(configs.items()) if isinstance(configs, Mapping) else [(repr(m), m) for m in configs]
+    out = []
+    for name, spec in items:
+        if isinstance(spec, ConversationManager):
+            out.append((str(name), spec.clone_for_spawn()))
+        elif isinstance(spec, Mapping):
+            kind = spec.get("kind", "compactor")
+            kw = {k: v for k, v in spec.items() if k != "kind"}
+            factory: dict[str, Callable[..., ConversationManager]] = {
+                "compactor": LLMCompactor,
+                "llm": LLMCompactor,
+                "window": SlidingWindowManager,
+                "null": NullManager,
+                "summarizing": SummarizingConversationManager,
+            }
+            if kind not in factory:
+                raise UserError(f"config {name!r}: unknown kind {kind!r}; one of {sorted(factory)}")
+            out.append((str(name), factory[kind](**kw)))
+        else:
+            raise UserError(f"config {name!r} must be a ConversationManager or a dict, got {type(spec).__name__}")
+    if len({n for n, _ in out}) != len(out):
+        raise UserError("config names must be unique")
+    return out
+
+
+def _with_summarizer(manager: ConversationManager, summarizer: Any, counter: TokenCounter) -> None:
+    if summarizer == "config":
+        return
+    fn = summarizer if summarizer is not None else length_summarizer(counter)
+    if isinstance(manager, LLMCompactor) and manager.summarize_fn is not None:
+        manager.summarize_fn = fn
+    elif isinstance(manager, SummarizingConversationManager):
+        manager.summarizer = fn
+
+
+class _Sums:
+    """Prefix sums of token counts (all, per role, with tool output stubbed) for one counter."""
+
+    def __init__(self, msgs: list[Message], counter: TokenCounter) -> None:
+        self.msgs = msgs
+        self.counter = counter
+        counts = counter.message_counts(msgs)
+        self.all = _prefix(counts)
+        self.role = {r: _prefix([c if m.role == r else 0 for m, c in zip(msgs, counts, strict=True)]) for r in _ROLES}
+        self._stub: list[int] | None = None
+
+    def stubbed(self) -> list[int]:
+        """Prefix sums of what each message costs when pruned (tool output stubbed)."""
+        if self._stub is None:
+            count = self.counter.count_message
+            self._stub = _prefix([count(stub(m)) if m.role == "tool" else count(m) for m in self.msgs])
+        return self._stub
+
+    def span(self, s: int, e: int) -> int:
+        return self.all[e] - self.all[s]
+
+    def roles(self, s: int, e: int) -> dict[str, int]:
+        return {r: p[e] - p[s] for r, p in self.role.items()}
+
+
+def _prefix(values: list[int]) -> list[int]:
+    out = [0]
+    acc = 0
+    for v in values:
+        acc += v
+        out.append(acc)
+    return out
+
+
+@dataclass
+class _PlanPart:
+    """What a plan shows of ``messages[:plan.n]``: token totals and probe visibility (computed once)."""
+
+    n: int
+    view: int
+    kept: int
+    pruned: int
+    summarized: int
+    dropped: int
+    summary: int
+    comp: dict[str, int]
+    seen: list[bool]
+
+
+def _plan_part(plan: Plan | None, sums: _Sums, probes: list[tuple[str, list[int]]]) -> _PlanPart:
+    zero = dict.fromkeys(_ROLES, 0)
+    if plan is None:
+        return _PlanPart(0, 0, 0, 0, 0, 0, 0, zero, [False] * len(probes))
+    allp = sums.all
+    rp = [sums.role[r] for r in _ROLES]
+    comp = [0, 0, 0, 0]
+    kept = 0
+    for s, e in plan.kept:
+        kept += allp[e] - allp[s]
+        for k in range(4):
+            comp[k] += rp[k][e] - rp[k][s]
+    pruned = view_pruned = 0
+    if plan.pruned:
+        stubbed = sums.stubbed()
+        for s, e in plan.pruned:
+            pruned += allp[e] - allp[s]
+            shown = stubbed[e] - stubbed[s]
+            view_pruned += shown
+            other = 0
+            for k in range(3):  # system, user, assistant are shown as they are
+                v = rp[k][e] - rp[k][s]
+                comp[k] += v
+                other += v
+            comp[3] += shown - other
+    summarized = sum(allp[e] - allp[s] for s, e in plan.summarized)
+    dropped = sum(allp[e] - allp[s] for s, e in plan.dropped())
+    msg = plan.summary_msg()
+    summary = sums.counter.count_message(msg) if msg is not None else 0
+    seen = []
+    for text, hits in probes:
+        vis = any(_shown(plan, sums.msgs, i) for i in hits if i < plan.n)
+        seen.append(vis or (plan.summary is not None and text in plan.summary))
+    roles = dict(zip(_ROLES, comp, strict=True))
+    return _PlanPart(plan.n, kept + view_pruned + summary, kept, pruned, summarized, dropped, summary, roles, seen)
+
+
+def _shown(plan: Plan, msgs: list[Message], i: int) -> bool:
+    if any(s <= i < e for s, e in plan.kept):
+        return True
+    return msgs[i].role != "tool" and any(s <= i < e for s, e in plan.pruned)
+
+
+def _probe_hits(msgs: list[Message], probes: Sequence[Probe]) -> list[tuple[str, list[int]]]:
+    out = []
+    for label, text in probes:
+        if not isinstance(text, str) or not text:
+            raise UserError(f"probe {label!r} needs a non-empty text to look for")
+        hits = [
+            i
+            for i, m in enumerate(msgs)
+            if text in (m.content or "") or any(text in str(c.arguments) for c in m.tool_calls)
+        ]
+        out.append((text, hits))
+    return out
+
+
+def _no_op(manager: ConversationManager, plan: Plan | None, view_tokens: int, n: int, body: int) -> bool:
+    """Whether ``manager`` provably keeps the plan in effect for this call (so it need not run)."""
+    kind = type(manager)
+    if kind is NullManager:
+        return True
+    if kind is LLMCompactor:
+        assert isinstance(manager, LLMCompactor)
+        return not manager._reduce_pending and view_tokens <= manager.trigger_tokens
+    if kind is SlidingWindowManager or kind.__name__ == "SlidingWindowConversationManager":
+        assert isinstance(manager, SlidingWindowManager)
+        return n - body <= manager.effective_window()
+    return False
+
+
+async def _simulate_one(
+    name: str,
+    manager: ConversationManager,
+    msgs: list[Message],
+    ends: list[tuple[int, int, int]],
+    tools: list[dict[str, Any]] | None,
+    sums_for: Callable[[TokenCounter], _Sums],
+    probes: list[tuple[str, list[int]]],
+    labels: list[str],
+    exact: bool,
+) -> list[dict[str, Any]]:
+    counter = manager.counter if isinstance(manager, PlanningManager) else get_counter()
+    sums = sums_for(counter)
+    fixed = counter.count_tools(tools) + REPLY_PRIMING
+    scratch = AgentState()
+    plan: Plan | None = None
+    part = _plan_part(None, sums, probes)
+    body = 1 if msgs and msgs[0].role == "system" else 0
+    trigger = manager.trigger_tokens if isinstance(manager, LLMCompactor) else None
+    window = manager.context_length if isinstance(manager, LLMCompactor) else None
+    rows = []
+    for call, (j, turn, iteration) in enumerate(ends):
+        view = fixed + part.view + sums.span(part.n, j)
+        event = None
+        if exact or not _no_op(manager, plan, view, j, body):
+            before = len(scratch.metadata.get(EVENTS_KEY, ()))
+            scratch.iteration = iteration
+            await manager.aapply(msgs[:j], tools=tools, state=scratch)
+            events = scratch.metadata.get(EVENTS_KEY, ())
+            event = events[-1] if len(events) > before else None
+            raw = manager.get_state().get("plan") if isinstance(manager, PlanningManager) else None
+            new = Plan.from_json(raw) if raw else None
+            if new != plan:
+                plan, part = new, _plan_part(new, sums, probes)
+            view = fixed + part.view + sums.span(part.n, j)
+        tail = sums.roles(part.n, j)
+        row: dict[str, Any] = {
+            "config": name,
+            "call": call,
+            "turn": turn,
+            "iteration": iteration,
+            "n_messages": j,
+            "full_tokens": sums.all[j] + fixed,
+            "context_tokens": view,
+            "compacted": event is not None,
+            "trigger": event.get("trigger") if event else None,
+            "tokens_before": event.get("tokens_before") if event else None,
+            "tokens_after": event.get("tokens_after") if event else None,
+            "kept_tokens": part.kept + sums.span(part.n, j),
+            "pruned_tokens": part.pruned,
+            "summarized_tokens": part.summarized,
+            "dropped_tokens": part.dropped,
+            "summary_tokens": part.summary,
+            "c_system": part.comp["system"] + tail["system"],
+            "c_tools": fixed - REPLY_PRIMING,
+            "c_user": part.comp["user"] + tail["user"],
+            "c_assistant": part.comp["assistant"] + tail["assistant"],
+            "c_tool": part.comp["tool"] + tail["tool"],
+            "c_summary": part.summary,
+            "trigger_tokens": trigger,
+            "context_length": window,
+        }
+        for label, (_, hits), seen in zip(labels, probes, part.seen, strict=True):
+            k = bisect_left(hits, j)  # hits before this call
+            said = k > 0
+            row[f"probe: {label}"] = (seen or (k > 0 and hits[k - 1] >= part.n)) if said else None
+        rows.append(row)
+    return rows
+
+
+def _call_points(msgs: list[Message]) -> list[tuple[int, int, int]]:
+    """``(history length, turn, iteration in the turn)`` of every model call (assistant message)."""
+    out = []
+    turn, it = 0, 0
+    for j, m in enumerate(msgs):
+        if m.role == "user":
+            turn, it = turn + 1, 0
+        elif m.role == "assistant":
+            it += 1
+            out.append((j, turn, it))
+    return out
+
+
+async def asimulate_compaction(
+    thread: Thread | AgentState | Sequence[Message],
+    configs: Mapping[str, Any] | Sequence[ConversationManager],
+    *,
+    probes: Sequence[Probe] = (),
+    tools: Sequence[Any] | None = None,
+    summarizer: Any = None,
+    exact: bool = False,
+) -> pd.DataFrame:
+    """Async :func:`simulate_compaction`."""
+    import pandas as pd
+
+    msgs = _messages_of(thread)
+    schemas = _schemas(tools)
+    ends = _call_points(msgs)
+    hits = _probe_hits(msgs, probes)
+    labels = [label for label, _ in probes]
+    cache: dict[int, _Sums] = {}
+
+    def sums_for(counter: TokenCounter) -> _Sums:
+        got = cache.get(id(counter))
+        if got is None:
+            got = cache[id(counter)] = _Sums(msgs, counter)
+        return got
+
+    rows: list[dict[str, Any]] = []
+    for name, manager in _configs(configs):
+        counter = manager.counter if isinstance(manager, PlanningManager) else get_counter()
+        _with_summarizer(manager, summarizer, counter)
+        rows += await _simulate_one(name, manager, msgs, ends, schemas, sums_for, hits, labels, exact)
+    return pd.DataFrame(rows)
+
+
+def simulate_compaction(
+    thread: Thread | AgentState | Sequence[Message],
+    configs: Mapping[str, Any] | Sequence[ConversationManager],
+    *,
+    probes: Sequence[Probe] = (),
+    tools: Sequence[Any] | None = None,
+    summarizer: Any = None,
+    exact: bool = False,
+) -> pd.DataFrame:
+    """Replay only the conversation-manager logic of ``thread`` for each config (module docstring).
+
+    ``configs``: ``{name: manager or {"kind": "compactor"|"window"|"null"|"summarizing", **kwargs}}``
+    (or a list of managers, named by their repr); each is cloned, so yours are untouched.
+    ``probes``: ``[(label, text), ...]`` facts to follow. ``tools``: the tool schemas (or
+    :class:`~tulip_nb.tools.Tool` objects) the agent sent, if known. ``summarizer``: None (the
+    length model), a ``(messages, previous) -> str`` function, or ``"config"`` (keep the config's).
+    """
+    return run(asimulate_compaction(thread, configs, probes=probes, tools=tools, summarizer=summarizer, exact=exact))
+
+
+def _schemas(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:
+    if not tools:
+        return None
+    return [t.schema() if hasattr(t, "schema") else dict(t) for t in tools]
+
+
+def summarize_simulation(sim: pd.DataFrame) -> pd.DataFrame:
+    """One row per config of a :func:`simulate_compaction` frame: compactions, mean/max context
+    tokens, tokens saved (summed over calls, and as a fraction), facts kept (share of probe checks,
+    after the fact was said, where it was still in view; NaN without probes)."""
+    import pandas as pd
+
+    probe_cols = [c for c in sim.columns if str(c).startswith("probe: ")]
+    rows = []
+    for name, g in sim.groupby("config", sort=False):
+        full = float(g["full_tokens"].sum())
+        ctx = float(g["context_tokens"].sum())
+        checks = [v for c in probe_cols for v in g[c] if v is not None and v == v]
+        rows.append(
+            {
+                "config": name,
+                "calls": len(g),
+                "compactions": int(g["compacted"].sum()),
+                "mean_context_tokens": float(g["context_tokens"].mean()),
+                "max_context_tokens": int(g["context_tokens"].max()),
+                "tokens_saved": int(full - ctx),
+                "saved_fraction": (full - ctx) / full if full else 0.0,
+                "facts_kept": (sum(bool(v) for v in checks) / len(checks)) if checks else float("nan"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def compaction_grid(
+    thread: Thread | AgentState | Sequence[Message],
+    *,
+    context_length: int = 128_000,
+    trigger_fractions: Sequence[float] = (0.6, 0.7, 0.8, 0.9, 0.95),
+    tail_token_fractions: Sequence[float] = (0.2, 0.4),
+    head_turns: int = 2,
+    probes: Sequence[Probe] = (),
+    tools: Sequence[Any] | None = None,
+    summarizer: Any = None,
+) -> pd.DataFrame:
+    """Sweep LLMCompactor fractions: :func:`summarize_simulation` of every combination, plus the
+    ``trigger_fraction`` and ``tail_token_fraction`` columns.
+
+    A tail fraction near or above the trigger fraction compacts on every call (the kept tail alone
+    crosses the trigger again): legal, but slow to simulate and rarely what you want.
+    """
+    configs: dict[str, Any] = {}
+    params: dict[str, tuple[float, float]] = {}
+    for tf in trigger_fractions:
+        for tail in tail_token_fractions:
+            name = f"trigger {tf:g} / tail {tail:g}"
+            configs[name] = LLMCompactor(
+                context_length=context_length, trigger_fraction=tf, tail_token_fraction=tail, head_turns=head_turns
+            )
+            params[name] = (tf, tail)
+    sim = simulate_compaction(thread, configs, probes=probes, tools=tools, summarizer=summarizer)
+    out = summarize_simulation(sim)
+    out.insert(1, "trigger_fraction", [params[c][0] for c in out["config"]])
+    out.insert(2, "tail_token_fraction", [params[c][1] for c in out["config"]])
+    return out

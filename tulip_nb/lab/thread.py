@@ -1,0 +1,336 @@
+"""Thread handles: one saved conversation, as DataFrames you can look at in a notebook.
+
+A *thread* is every checkpoint saved under one ``thread_id``. :func:`open_thread` reads the
+thread's checkpoint list and its latest state once and returns a :class:`Thread`; its views are
+plain pandas DataFrames (``.messages``, ``.checkpoints``), and "what the model saw" at any model
+call comes from the compaction events the agent recorded (:func:`tulip_nb.memory.compactor.model_view`),
+never from a re-computation::
+
+    from tulip_nb.lab import open_thread, threads
+
+    t = open_thread(checkpointer, "ticket-8912-refund")
+    t.messages.tail()            # index, role, text, tool_calls, tool_name, tokens, checkpoint
+    t.checkpoints                # id, created_at, parent, iteration, messages, tokens, metadata
+    t.model_view(3)              # the messages the 4th model call was sent
+    threads(checkpointer)        # one row per thread
+
+Everything is sync (works in a notebook cell); ``await aopen_thread(...)`` is the async twin.
+Token counts are exact (:mod:`tulip_nb.tokens`) and cached per message.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from tulip_nb.core.errors import CheckpointNotFound
+from tulip_nb.core.messages import Message
+from tulip_nb.core.state import AgentState
+from tulip_nb.lab._common import call_text, esc, run, short
+from tulip_nb.lab.lineage import lineage_rows
+from tulip_nb.memory._events import compaction_events, model_view, model_views
+from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
+from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Thread", "aopen_thread", "athreads", "open_thread", "threads"]
+
+ALL = 10**9
+"""``limit`` that lists every checkpoint of a thread."""
+
+
+def _pd() -> Any:
+    import pandas as pd
+
+    return pd
+
+
+class Thread:
+    """A handle on one saved thread (see the module docstring); build it with :func:`open_thread`.
+
+    ``state()`` is the latest :class:`~tulip_nb.core.AgentState`; older checkpoints are loaded on
+    first need (``.checkpoints``, the ``checkpoint`` column of ``.messages``) and kept.
+    """
+
+    def __init__(
+        self,
+        checkpointer: BaseCheckpointer,
+        thread_id: str,
+        infos: list[CheckpointInfo],
+        latest: Checkpoint,
+        *,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        self.checkpointer = checkpointer
+        self.thread_id = thread_id
+        self.infos = infos
+        """Checkpoint infos, newest first."""
+        self.latest = latest
+        self.counter = counter or get_counter()
+        self._loaded: dict[str, Checkpoint] = {latest.checkpoint_id: latest}
+        self._messages: pd.DataFrame | None = None
+
+    def __repr__(self) -> str:
+        return f"Thread({self.thread_id!r}, checkpoints={len(self.infos)}, messages={len(self.latest.state.messages)})"
+
+    # -- states ---------------------------------------------------------------------------------
+    @property
+    def checkpoint_ids(self) -> list[str]:
+        """Checkpoint ids, newest first."""
+        return [i.checkpoint_id for i in self.infos]
+
+    def _check(self, checkpoint_id: str) -> None:
+        if checkpoint_id not in self._loaded and checkpoint_id not in self.checkpoint_ids:
+            raise CheckpointNotFound(
+                "checkpoint is not in this thread", thread_id=self.thread_id, checkpoint_id=checkpoint_id
+            )
+
+    async def acheckpoint(self, checkpoint_id: str | None = None) -> Checkpoint:
+        """One checkpoint (default: the latest) with its state; loaded once, then kept."""
+        if checkpoint_id is None:
+            return self.latest
+        self._check(checkpoint_id)
+        hit = self._loaded.get(checkpoint_id)
+        if hit is None:
+            hit = await self.checkpointer.load_checkpoint(self.thread_id, checkpoint_id)
+            if hit is None:
+                raise CheckpointNotFound("checkpoint vanished", thread_id=self.thread_id, checkpoint_id=checkpoint_id)
+            self._loaded[checkpoint_id] = hit
+        return hit
+
+    def checkpoint(self, checkpoint_id: str | None = None) -> Checkpoint:
+        """Sync :meth:`acheckpoint`."""
+        if checkpoint_id is None or checkpoint_id in self._loaded:
+            return self._loaded[checkpoint_id or self.latest.checkpoint_id]
+        return run(self.acheckpoint(checkpoint_id))
+
+    def state(self, checkpoint_id: str | None = None) -> AgentState:
+        """The state saved at ``checkpoint_id`` (default: the latest); a copy is up to you."""
+        return self.checkpoint(checkpoint_id).state
+
+    async def astate(self, checkpoint_id: str | None = None) -> AgentState:
+        return (await self.acheckpoint(checkpoint_id)).state
+
+    async def ahistory(self) -> list[Checkpoint]:
+        """Every checkpoint of the thread with its state, oldest first."""
+        return [await self.acheckpoint(i.checkpoint_id) for i in reversed(self.infos)]
+
+    def history(self) -> list[Checkpoint]:
+        """Sync :meth:`ahistory`."""
+        if all(i.checkpoint_id in self._loaded for i in self.infos):
+            return [self._loaded[i.checkpoint_id] for i in reversed(self.infos)]
+        return run(self.ahistory())
+
+    @property
+    def final_messages(self) -> list[Message]:
+        """The latest state's messages."""
+        return self.latest.state.messages
+
+    def prefix_checkpoint(self, messages: list[Message]) -> Checkpoint | None:
+        """The newest checkpoint whose messages are a prefix of ``messages`` (lineage of a branch)."""
+        best: Checkpoint | None = None
+        for ck in self.history():
+            n = len(ck.state.messages)
+            if n <= len(messages) and (n == 0 or _same(ck.state.messages[n - 1], messages[n - 1])):
+                best = ck
+        return best
+
+    # -- frames ---------------------------------------------------------------------------------
+    def _first_seen(self) -> list[str | None]:
+        """For each latest message, the oldest checkpoint it already appears in."""
+        msgs = self.final_messages
+        out: list[str | None] = [None] * len(msgs)
+        done = 0
+        for ck in self.history():
+            n = len(ck.state.messages)
+            if n <= done or n > len(msgs) or not _same(ck.state.messages[n - 1], msgs[n - 1]):
+                continue
+            out[done:n] = [ck.checkpoint_id] * (n - done)
+            done = n
+        return out
+
+    @property
+    def messages(self) -> pd.DataFrame:
+        """One row per message of the latest state: index, role, text, tool_calls, tool_name,
+        tool_call_id, tokens (exact, cached), checkpoint (the oldest checkpoint that has it)."""
+        if self._messages is None:
+            msgs = self.final_messages
+            frame = _pd().DataFrame(
+                {
+                    "role": [m.role for m in msgs],
+                    "text": [m.content or "" for m in msgs],
+                    "tool_calls": [call_text(m) if m.tool_calls else "" for m in msgs],
+                    "tool_name": [m.name or "" for m in msgs],
+                    "tool_call_id": [m.tool_call_id or "" for m in msgs],
+                    "tokens": self.counter.message_counts(msgs),
+                    "checkpoint": self._first_seen(),
+                }
+            )
+            frame.index.name = "index"
+            self._messages = frame
+        return self._messages
+
+    @property
+    def checkpoints(self) -> pd.DataFrame:
+        """One row per checkpoint, oldest first: id, created_at, parent, iteration, messages,
+        tokens (of the saved history), source and the save metadata."""
+        rows = []
+        for ck in self.history():
+            msgs = ck.state.messages
+            rows.append(
+                {
+                    "id": ck.checkpoint_id,
+                    "created_at": ck.created_at,
+                    "parent": ck.parent_checkpoint_id,
+                    "iteration": ck.state.iteration,
+                    "messages": len(msgs),
+                    "tokens": sum(self.counter.message_counts(msgs)),
+                    "source": ck.metadata.get("source"),
+                    "metadata": dict(ck.metadata),
+                }
+            )
+        cols = ["id", "created_at", "parent", "iteration", "messages", "tokens", "source", "metadata"]
+        return _pd().DataFrame(rows, columns=cols)
+
+    # -- what the model saw ---------------------------------------------------------------------
+    @property
+    def n_calls(self) -> int:
+        """Model calls recorded in the thread (= assistant messages)."""
+        return sum(1 for m in self.final_messages if m.role == "assistant")
+
+    def model_view(self, call: int, checkpoint_id: str | None = None) -> list[Message]:
+        """What model call ``call`` (0-based, over the whole thread) was sent, from the recorded events."""
+        if not 0 <= call < self.n_calls:
+            raise IndexError(f"thread {self.thread_id!r} has {self.n_calls} model calls, no call {call}")
+        return model_view(self.state(checkpoint_id), call=call)
+
+    def events(self) -> pd.DataFrame:
+        """The recorded compaction events (one row each)."""
+        events = compaction_events(self.latest.state)
+        cols = ["call", "iteration", "manager", "trigger", "n_messages", "tokens_before", "tokens_after"]
+        return _pd().DataFrame([{c: e.get(c) for c in cols} for e in events], columns=cols)
+
+    def usage(self, tools: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+        """Per model call, from the recorded events: tokens of the full history and of what the
+        model saw (``tools``: schemas sent, if you know them), and whether a compaction fired."""
+        state = self.latest.state
+        counter = self.counter
+        fixed = counter.count_tools(tools) + REPLY_PRIMING
+        fired = {e.get("call"): e.get("trigger") for e in compaction_events(state)}
+        rows = []
+        views = model_views(state)
+        ends = [j for j, m in enumerate(state.messages) if m.role == "assistant"]
+        prefix = 0
+        last = 0
+        counts = counter.message_counts(state.messages)
+        for k, (j, view) in enumerate(zip(ends, views, strict=True)):
+            prefix += sum(counts[last:j])
+            last = j
+            rows.append(
+                {
+                    "call": k,
+                    "n_messages": j,
+                    "full_tokens": prefix + fixed,
+                    "context_tokens": sum(counter.message_counts(view)) + fixed,
+                    "compacted": k in fired,
+                    "trigger": fired.get(k),
+                }
+            )
+        cols = ["call", "n_messages", "full_tokens", "context_tokens", "compacted", "trigger"]
+        return _pd().DataFrame(rows, columns=cols)
+
+    # -- lineage --------------------------------------------------------------------------------
+    async def alineage(self) -> pd.DataFrame:
+        """Where this thread came from and which threads branched off it (same checkpointer)."""
+        rows = await lineage_rows(self.checkpointer, self.thread_id, self.infos)
+        cols = ["relation", "thread_id", "checkpoint_id", "branch_point", "created_at", "source"]
+        return _pd().DataFrame(rows, columns=cols)
+
+    def lineage(self) -> pd.DataFrame:
+        """Sync :meth:`alineage`: rows ``relation`` (``parent``/``ancestor``/``copied_from``/``fork``/
+        ``copy``), ``thread_id``, ``checkpoint_id`` (the other thread's first checkpoint),
+        ``branch_point`` (the checkpoint the branch was cut from), ``created_at``, ``source``."""
+        return run(self.alineage())
+
+    # -- display --------------------------------------------------------------------------------
+    def _repr_html_(self, last: int = 12) -> str:
+        msgs = self.final_messages
+        counts = self.counter.message_counts(msgs)
+        head = (
+            f"<b>Thread</b> <code>{esc(self.thread_id)}</code> — {len(self.infos)} checkpoints, "
+            f"{len(msgs)} messages, {sum(counts):,} tokens, {self.n_calls} model calls, "
+            f"{len(compaction_events(self.latest.state))} compaction events"
+        )
+        rows = []
+        start = max(0, len(msgs) - last)
+        for i in range(start, len(msgs)):
+            m = msgs[i]
+            text = short(m.content) + (f" → {short(call_text(m), 120)}" if m.tool_calls else "")
+            rows.append(
+                f"<tr><td>{i}</td><td>{esc(m.role)}</td><td style='text-align:left'>{esc(text)}</td>"
+                f"<td>{counts[i]}</td></tr>"
+            )
+        more = f"<p>… {start} earlier messages</p>" if start else ""
+        return (
+            f"<div class='tulip-nb-thread'><p>{head}</p>{more}<table><thead><tr><th>#</th><th>role</th>"
+            f"<th>text</th><th>tokens</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+        )
+
+
+def _same(a: Message, b: Message) -> bool:
+    return a is b or a.json_bytes() == b.json_bytes()
+
+
+async def aopen_thread(
+    checkpointer: BaseCheckpointer, thread_id: str, *, counter: TokenCounter | None = None
+) -> Thread:
+    """Async :func:`open_thread`."""
+    validate_thread_id(thread_id)
+    infos = await checkpointer.list_checkpoint_infos(thread_id, limit=ALL)
+    latest = await checkpointer.load_checkpoint(thread_id, infos[0].checkpoint_id if infos else None)
+    if latest is None:
+        raise CheckpointNotFound(f"no such thread in {checkpointer!r}", thread_id=thread_id)
+    if not infos:
+        infos = [latest.info]
+    return Thread(checkpointer, thread_id, infos, latest, counter=counter)
+
+
+def open_thread(checkpointer: BaseCheckpointer, thread_id: str, *, counter: TokenCounter | None = None) -> Thread:
+    """A :class:`Thread` for ``thread_id``; :class:`CheckpointNotFound` names an unknown thread.
+
+    ``counter``: the token counter for the counts shown (default: the shared ``o200k_base`` one).
+    """
+    return run(aopen_thread(checkpointer, thread_id, counter=counter))
+
+
+async def athreads(checkpointer: BaseCheckpointer, pattern: str = "*", limit: int = 1000) -> pd.DataFrame:
+    """Async :func:`threads`."""
+    counter = get_counter()
+    rows = []
+    for tid in await checkpointer.list_threads(limit=limit, pattern=pattern):
+        infos = await checkpointer.list_checkpoint_infos(tid, limit=ALL)
+        latest = await checkpointer.load_checkpoint(tid, infos[0].checkpoint_id if infos else None)
+        if latest is None:
+            continue
+        msgs = latest.state.messages
+        last: datetime = infos[0].created_at if infos else latest.created_at
+        rows.append(
+            {
+                "thread_id": tid,
+                "checkpoints": len(infos),
+                "messages": len(msgs),
+                "tokens": sum(counter.message_counts(msgs)),
+                "last_update": last,
+                "forked_from": (infos[-1].metadata.get("forked_from") if infos else None),
+            }
+        )
+    cols = ["thread_id", "checkpoints", "messages", "tokens", "last_update", "forked_from"]
+    return _pd().DataFrame(rows, columns=cols)
+
+
+def threads(checkpointer: BaseCheckpointer, pattern: str = "*", limit: int = 1000) -> pd.DataFrame:
+    """One row per thread of ``checkpointer`` (``list_threads`` capability): thread_id,
+    checkpoints, messages, tokens, last_update, forked_from."""
+    return run(athreads(checkpointer, pattern, limit))
