@@ -77,9 +77,11 @@ async def test_two_workers_share_threads_and_refuse_races(pg_url: str, tmp_path:
             # same-thread races: losers get 409, winners' turns are all there, nothing else
             errors: Counter[str] = Counter()
             won: list[str] = []
+            # a new connection per request, so the kernel spreads the racers over both workers
+            fresh = httpx.AsyncClient(base_url=url, limits=httpx.Limits(max_keepalive_connections=0))
             for rnd in range(6):
                 prompts = [f"slow race {rnd}-{n}" for n in range(12)]
-                rs = await asyncio.gather(*(_turn(http, "race", p) for p in prompts))
+                rs = await asyncio.gather(*(_turn(fresh, "race", p) for p in prompts))
                 for p, r in zip(prompts, rs, strict=True):
                     if r.status_code == 200:
                         won.append(p)
@@ -88,6 +90,7 @@ async def test_two_workers_share_threads_and_refuse_races(pg_url: str, tmp_path:
                         errors[r.json()["error"]] += 1
                 if errors["CheckpointConflict"] and rnd >= 1:
                     break
+            await fresh.aclose()
             assert won and errors["CheckpointConflict"] >= 1, errors  # a cross-worker race was caught by CAS
             assert set(errors) <= {"CheckpointConflict", "ThreadBusy"}
             r = await http.get("/threads/race")

@@ -137,5 +137,8 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=args.log_level,
         timeout_graceful_shutdown=10,
+        # a worker busy with a long turn on a loaded machine must not be killed as "unhealthy"
+        # (uvicorn's default 5 s health check restarts it and drops its open connections)
+        timeout_worker_healthcheck=60,
     )
     return 0

@@ -1,0 +1,413 @@
+"""Controllers of the smaller widgets: thread browser, replay player, token budget, diff, export.
+
+Each is plain Python over :mod:`tulip_nb.lab` calls and renders HTML strings; the ipywidgets views
+in :mod:`tulip_nb.widgets` only put those strings into ``HTML`` values::
+
+    from tulip_nb.lab.controllers import BrowserController, PlayerController
+
+    b = BrowserController(checkpointer)
+    b.set_filter("ticket-*"); b.ids                       # matching thread ids
+    p = PlayerController(b.open("ticket-8912"))
+    p.marks(call=3)                                        # kept / pruned / summarised / dropped
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tulip_nb.core.errors import UserError
+from tulip_nb.core.messages import Message
+from tulip_nb.lab._common import esc, run, short
+from tulip_nb.lab.controllers._html import message_cell, note, png_tag, table
+from tulip_nb.lab.diff import ThreadDiff, diff_threads
+from tulip_nb.lab.export import REPORT_COLUMNS, aexport_threads, open_checkpointer
+from tulip_nb.lab.plots import plot_token_usage, to_png
+from tulip_nb.lab.replay import Replay
+from tulip_nb.lab.thread import Thread, open_thread, threads
+from tulip_nb.memory._events import compaction_events
+from tulip_nb.memory._history import Plan, fingerprint
+from tulip_nb.memory.checkpointer import BaseCheckpointer
+from tulip_nb.memory.compactor import LLMCompactor
+from tulip_nb.memory.managers import ConversationManager
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tulip_nb.agent import Agent
+    from tulip_nb.lab.controllers.stepper import StepperController
+
+__all__ = ["BrowserController", "BudgetController", "DiffController", "ExportController", "PlayerController"]
+
+
+# -- thread browser -----------------------------------------------------------------------------
+class BrowserController:
+    """The threads of a checkpointer as a table, with a filter (a glob, or a substring)."""
+
+    def __init__(self, checkpointer: BaseCheckpointer) -> None:
+        self.checkpointer = checkpointer
+        self.filter = ""
+        self.frame: pd.DataFrame = threads(checkpointer)
+
+    def refresh(self) -> None:
+        """Read the thread list again."""
+        self.frame = threads(self.checkpointer)
+
+    def set_filter(self, text: str) -> None:
+        self.filter = text.strip()
+
+    @property
+    def rows(self) -> pd.DataFrame:
+        """The rows matching the filter (``*?[`` make it a glob, otherwise a substring)."""
+        f = self.filter
+        if not f:
+            return self.frame
+        if set(f) & set("*?["):
+            mask = [fnmatch.fnmatchcase(t, f) for t in self.frame["thread_id"]]
+        else:
+            mask = [f.lower() in t.lower() for t in self.frame["thread_id"]]
+        return self.frame[mask]
+
+    @property
+    def ids(self) -> list[str]:
+        return [str(t) for t in self.rows["thread_id"]]
+
+    def open(self, thread_id: str) -> Thread:
+        return open_thread(self.checkpointer, thread_id)
+
+    def html(self, selected: str | None = None) -> str:
+        rows = self.rows
+        cells = [
+            (
+                f"<code>{esc(r.thread_id)}</code>",
+                str(r.checkpoints),
+                str(r.messages),
+                f"{int(r.tokens):,}",
+                esc(str(r.last_update)[:19]),
+                esc(r.forked_from or ""),
+            )
+            for r in rows.itertuples()
+        ]
+        marks = ["summary" if r.thread_id == selected else "" for r in rows.itertuples()]
+        head = note(f"{len(rows)} of {len(self.frame)} threads" + (f" matching {self.filter}" if self.filter else ""))
+        headers = ["thread", "checkpoints", "messages", "tokens", "last update", "forked from"]
+        return head + table(headers, cells, marks=marks)
+
+
+# -- replay player ------------------------------------------------------------------------------
+def plan_at(state: Any, n: int) -> Plan | None:
+    """The compaction plan in effect for a model call made on ``messages[:n]`` (None: everything sent)."""
+    for event in reversed(compaction_events(state)):
+        plan = Plan.from_json(event["plan"])
+        if plan.n <= n and plan.fp == fingerprint(state.messages, plan.n):
+            return plan
+    return None
+
+
+class PlayerController:
+    """Move through a thread's model calls (or checkpoints): what the model saw next to the full
+    history, each message marked kept / pruned / summarised / dropped; with ``agent``, the thread
+    is replayed up to the position (:class:`~tulip_nb.lab.Replay`) and divergences are shown."""
+
+    def __init__(self, thread: Thread, agent: Agent | None = None) -> None:
+        self.thread = thread
+        self.agent = agent
+        self.mode = "calls"
+        self.position = 0
+        self.replay: Replay | None = Replay(thread, agent=agent) if agent is not None else None
+        self._ends = [j for j, m in enumerate(thread.final_messages) if m.role == "assistant"]
+
+    @property
+    def size(self) -> int:
+        """Positions in the current mode (model calls or checkpoints)."""
+        return len(self._ends) if self.mode == "calls" else len(self.thread.infos)
+
+    def set_mode(self, mode: str) -> None:
+        if mode not in ("calls", "checkpoints"):
+            raise UserError(f"mode must be 'calls' or 'checkpoints', got {mode!r}")
+        self.mode = mode
+        self.position = 0
+
+    def seek(self, position: int) -> None:
+        if not 0 <= position < max(1, self.size):
+            raise UserError(f"position {position} is outside 0..{self.size - 1}", thread_id=self.thread.thread_id)
+        self.position = position
+        if self.replay is not None and self.mode == "calls" and len(self.replay.steps) <= position:
+            self.replay.run_to(position + 1)
+
+    def marks(self, call: int | None = None) -> tuple[list[Message], list[str], list[Message]]:
+        """``(history, marks, view)`` at model call ``call`` (default: the current position)."""
+        k = self.position if call is None else call
+        if not self._ends:
+            return [], [], []
+        j = self._ends[k]
+        state = self.thread.latest.state
+        history = state.messages[:j]
+        view = self.thread.model_view(k)
+        plan = plan_at(state, j)
+        out = ["kept"] * len(history)
+        if plan is not None:
+            for i in range(plan.n):
+                out[i] = "dropped"
+            for spans, mark in ((plan.kept, "kept"), (plan.pruned, "pruned"), (plan.summarized, "summarised")):
+                for s, e in spans:
+                    out[s:e] = [mark] * (e - s)
+        return history, out, view
+
+    def divergences(self) -> pd.DataFrame | None:
+        return self.replay.divergences if self.replay is not None else None
+
+    def html(self) -> str:
+        if self.mode == "checkpoints":
+            return self._checkpoint_html()
+        if not self._ends:
+            return note("this thread has no model calls yet")
+        history, marks, view = self.marks()
+        k = self.position
+        left = table(["#", "history"], [(str(i), message_cell(m)) for i, m in enumerate(history)], marks=marks)
+        view_marks = ["summary" if m.metadata.get("tulip_compaction_summary") else "" for m in view]
+        right = table(
+            ["#", "what the model saw"], [(str(i), message_cell(m)) for i, m in enumerate(view)], marks=view_marks
+        )
+        counts = {x: marks.count(x) for x in ("kept", "pruned", "summarised", "dropped")}
+        head = note(
+            f"model call {k} of {len(self._ends)}: {len(view)} messages sent of {len(history)} — "
+            + ", ".join(f"{v} {x}" for x, v in counts.items() if v)
+        )
+        div = ""
+        if self.replay is not None:
+            frame = self.replay.divergences
+            frame = frame[frame["step"] <= k]
+            if len(frame):
+                rows = [
+                    (str(r.step), str(r.index), esc(r.kind), esc(short(r.expected, 120)), esc(short(r.actual, 120)))
+                    for r in frame.itertuples()
+                ]
+                div = note(f"the replay diverged at step {int(frame['step'].iloc[0])}", "warn") + table(
+                    ["step", "message", "kind", "recorded", "replayed"], rows, marks=["dropped"] * len(rows)
+                )
+            else:
+                div = note(f"replayed {len(self.replay.steps)} steps: identical to the record so far", "ok")
+        return (
+            f"{head}{div}<div style='display:flex;gap:1em'><div style='flex:1'>{left}</div>"
+            f"<div style='flex:1'>{right}</div></div>"
+        )
+
+    def _checkpoint_html(self) -> str:
+        history = self.thread.history()
+        if not history:
+            return note("no checkpoints")
+        ck = history[self.position]
+        msgs = ck.state.messages
+        rows = [(str(i), message_cell(m)) for i, m in enumerate(msgs[-12:], start=max(0, len(msgs) - 12))]
+        head = note(
+            f"checkpoint {self.position + 1} of {len(history)}: {ck.checkpoint_id[:8]} "
+            f"({ck.metadata.get('source', '?')}), iteration {ck.state.iteration}, {len(msgs)} messages"
+        )
+        return head + table(["#", "message"], rows)
+
+
+# -- token budget -------------------------------------------------------------------------------
+class BudgetController:
+    """Token usage per model call against the trigger line and the window, for a thread or a
+    stepper (then it follows every step). ``manager`` gives trigger and window (default: the
+    stepper's agent's manager when it is an :class:`LLMCompactor`)."""
+
+    def __init__(self, source: Thread | StepperController, *, manager: ConversationManager | None = None) -> None:
+        from tulip_nb.lab.controllers.stepper import StepperController
+
+        self.source = source
+        self.stepper = source if isinstance(source, StepperController) else None
+        if manager is None and self.stepper is not None:
+            manager = self.stepper.agent.conversation_manager
+        self.trigger = manager.trigger_tokens if isinstance(manager, LLMCompactor) else None
+        self.window = manager.context_length if isinstance(manager, LLMCompactor) else None
+        self.png: bytes | None = None
+        self.refresh()
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        cols = ["call", "full_tokens", "context_tokens", "compacted"]
+        if self.stepper is None:
+            assert isinstance(self.source, Thread)
+            return self.source.usage()[cols]
+        rows = [
+            {
+                "call": r.index,
+                "full_tokens": r.full_tokens,
+                "context_tokens": r.context_tokens,
+                "compacted": r.compacted,
+            }
+            for r in self.stepper.records
+        ]
+        return pd.DataFrame(rows, columns=cols)
+
+    def refresh(self, *_: Any) -> None:
+        frame = self.frame()
+        self.rows = len(frame)
+        if not len(frame):
+            self.png = None
+            return
+        fig = plot_token_usage(frame, trigger_tokens=self.trigger, context_length=self.window)
+        fig.set_size_inches(6.5, 3.0)
+        self.png = to_png(fig)
+        last = frame.iloc[-1]
+        self.last_tokens = int(last["context_tokens"])
+
+    def label(self) -> str:
+        if not self.rows:
+            return "no model calls yet"
+        parts = [f"{self.rows} calls", f"last sent {self.last_tokens:,} tokens"]
+        if self.trigger:
+            parts.append(f"{self.last_tokens / self.trigger:.0%} of the trigger ({self.trigger:,})")
+        return ", ".join(parts)
+
+    def html(self) -> str:
+        img = png_tag(self.png, "token budget") if self.png else ""
+        return f"<div class='tulip-nb-budget'>{note(self.label())}{img}</div>"
+
+
+# -- diff ---------------------------------------------------------------------------------------
+class DiffController:
+    """Pick two threads of one checkpointer and diff them from the divergence point."""
+
+    def __init__(self, a: Thread, b: Thread | None = None) -> None:
+        self.checkpointer = a.checkpointer
+        self.a = a
+        self.b = b
+        self.result: ThreadDiff | None = None
+        self.choices = self._choices()
+        if b is None:
+            self.b = open_thread(self.checkpointer, self._relative())
+        self.compute()
+
+    def _relative(self) -> str:
+        """A thread to compare ``a`` with: its first fork, else its parent, else another thread."""
+        try:
+            lineage = self.a.lineage()
+        except Exception:  # lineage needs list_threads; fall back to the choices
+            lineage = None
+        if lineage is not None:
+            for relation in ("fork", "copy", "parent", "copied_from"):
+                hit = lineage[lineage["relation"] == relation]
+                if len(hit):
+                    return str(hit["thread_id"].iloc[0])
+        others = [t for t in self.choices if t != self.a.thread_id]
+        return others[0] if others else self.a.thread_id
+
+    def _choices(self) -> list[str]:
+        try:
+            return sorted(threads(self.checkpointer)["thread_id"])
+        except Exception:  # a backend without list_threads: the two threads we were given
+            return sorted({self.a.thread_id} | ({self.b.thread_id} if self.b is not None else set()))
+
+    def pick(self, a: str | None = None, b: str | None = None) -> None:
+        if a is not None and a != self.a.thread_id:
+            self.a = open_thread(self.checkpointer, a)
+        if b is not None and (self.b is None or b != self.b.thread_id):
+            self.b = open_thread(self.checkpointer, b)
+        self.compute()
+
+    def compute(self) -> ThreadDiff:
+        assert self.b is not None
+        self.result = diff_threads(self.a, self.b)
+        return self.result
+
+    def html(self) -> str:
+        assert self.result is not None
+        return self.result._repr_html_()
+
+
+# -- export -------------------------------------------------------------------------------------
+class ExportController:
+    """Choose threads and a destination (a URL or a checkpointer), dry run, export with progress,
+    then show the verification report (:func:`tulip_nb.lab.export_threads`, thread by thread)."""
+
+    def __init__(self, source: BaseCheckpointer | str) -> None:
+        self.source = source
+        src, opened = open_checkpointer(source)
+        try:
+            self.choices = sorted(run(src.list_threads(limit=100_000)))
+        finally:
+            if opened:
+                run(src.close())
+        self.selected: list[str] = list(self.choices)
+        self.report: pd.DataFrame | None = None
+
+    def export(
+        self,
+        dest: BaseCheckpointer | str,
+        *,
+        dry_run: bool = False,
+        verify: bool = True,
+        on_conflict: str = "error",
+        progress: Callable[[int, int, str], None] | None = None,
+    ) -> pd.DataFrame:
+        """Export the selected threads one by one (``progress(done, total, thread_id)`` after each)."""
+        import pandas as pd
+
+        if not isinstance(dest, BaseCheckpointer) and not (isinstance(dest, str) and dest.strip()):
+            raise UserError("choose a destination: a URL like file:./exported or s3://bucket/prefix")
+        if not self.selected:
+            raise UserError("choose at least one thread to export")
+        frames = []
+        total = len(self.selected)
+
+        async def go() -> None:
+            src, close_src = open_checkpointer(self.source)
+            dst, close_dst = open_checkpointer(dest.strip() if isinstance(dest, str) else dest)
+            try:
+                for i, tid in enumerate(self.selected):
+                    frames.append(
+                        await aexport_threads(
+                            src,
+                            dst,
+                            [tid],
+                            dry_run=dry_run,
+                            verify=verify,
+                            on_conflict=on_conflict,  # type: ignore[arg-type]
+                            progress=False,
+                        )
+                    )
+                    if progress is not None:
+                        progress(i + 1, total, tid)
+            finally:
+                if close_dst:
+                    await dst.close()
+                if close_src:
+                    await src.close()
+
+        run(go())
+        self.report = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(REPORT_COLUMNS))
+        self.report.attrs["dry_run"] = dry_run
+        return self.report
+
+    def html(self) -> str:
+        if self.report is None:
+            return note(f"{len(self.selected)} of {len(self.choices)} threads selected")
+        r = self.report
+        ok = r["error"].isna().all() if len(r) else True
+        dry = r.attrs.get("dry_run")
+        verified = bool(r["verified"].fillna(False).all()) if len(r) else False
+        done = "dry run: would copy" if dry else "copied"
+        summary = (
+            f"{done} {int(r['copied'].sum())} checkpoints of {len(r)} threads, {int(r['skipped'].sum())} already there"
+            + ("" if dry else "; verified" if verified else "; NOT verified")
+        )
+        rows = [
+            (
+                f"<code>{esc(x.thread)}</code>",
+                esc(x.status),
+                str(x.checkpoints),
+                str(x.copied),
+                str(x.skipped),
+                esc(x.verified),
+                esc(x.error or ""),
+            )
+            for x in r.itertuples()
+        ]
+        marks = ["dropped" if x.error else "" for x in r.itertuples()]
+        headers = ["thread", "status", "checkpoints", "copied", "skipped", "verified", "error"]
+        return note(summary, "ok" if ok else "error") + table(headers, rows, marks=marks)

@@ -1,0 +1,56 @@
+"""tulip_nb.widgets: notebook widgets over :mod:`tulip_nb.lab` (``pip install 'tulip_nb[notebook]'``).
+
+Each widget is a thin ipywidgets view (core controls only: buttons, sliders, ``HTML`` and
+``Image`` values) over a plain-Python controller in :mod:`tulip_nb.lab.controllers`, and carries a
+``text/html`` fallback so a saved notebook shows its last state without a kernel.
+
+| widget | what it does |
+|---|---|
+| :class:`ThreadBrowser` | the threads of a checkpointer, filter, open one in the other widgets |
+| :class:`Stepper` | step an agent one model call at a time; edit + continue = a branch |
+| :class:`ReplayPlayer` | slide over a thread: what the model saw vs the full history |
+| :class:`TokenBudget` | tokens sent per call vs the trigger and the window, live with a Stepper |
+| :class:`CompactionTuner` | sliders over compaction settings, re-simulated on every change |
+| :class:`ThreadDiffView` | two threads side by side from where they part |
+| :class:`ExportPanel` | export threads to S3 / SQL / files, with a verification report |
+
+Example::
+
+    from tulip_nb.widgets import Stepper, TokenBudget
+    s = Stepper(agent, "Refund ord-4821?", thread_id="ticket-8912")
+    display(s, TokenBudget(s))
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY: dict[str, str] = {
+    "CompactionTuner": "tulip_nb.widgets.tuner",
+    "ExportPanel": "tulip_nb.widgets.panels",
+    "ReplayPlayer": "tulip_nb.widgets.panels",
+    "Stepper": "tulip_nb.widgets.stepper",
+    "ThreadBrowser": "tulip_nb.widgets.panels",
+    "ThreadDiffView": "tulip_nb.widgets.panels",
+    "TokenBudget": "tulip_nb.widgets.stepper",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:  # ipywidgets / matplotlib / pandas come with the notebook extra
+        raise ImportError(
+            f"tulip_nb.widgets.{name} needs the notebook extra: pip install 'tulip_nb[notebook]' ({e})"
+        ) from e
+    return getattr(mod, name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
