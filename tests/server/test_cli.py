@@ -93,7 +93,8 @@ def test_diff(store: Path) -> None:
 def test_verify(store: Path) -> None:
     r = cli("verify", str(store), "case-1-what-if")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip() == "ok: 2 checkpoint(s) of case-1-what-if"
+    assert r.stdout.splitlines()[0] == "ok: 2 checkpoint(s) of case-1-what-if"
+    assert r.stdout.splitlines()[1].startswith("hash chain: 2 ok")
     # the fork's first checkpoint names a parent in another thread: only that is reported when
     # the source thread's checkpoint is gone, one line per problem
     files = sorted((p for p in store.rglob("*.json") if "what-if" in str(p.parent)), key=lambda p: p.stat().st_mtime)

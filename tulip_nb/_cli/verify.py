@@ -4,7 +4,11 @@ For each checkpoint the listing names: the envelope decodes (state valid), its c
 thread ids are the ones asked for, its ``parent_checkpoint_id`` exists in the thread (or, for a
 fork's first checkpoint, in the ``forked_from`` thread), it is newer
 than its parent, and the listing is in ``created_at`` order (newest first). Files the backend
-skipped as unreadable (a warning) count as problems too. One line per problem, exit 1 if any::
+skipped as unreadable (a warning) count as problems too. Then the hash chain
+(:func:`tulip_nb.memory.integrity.verify_thread`): every signed checkpoint's content must match its
+``tulip_nb_hash`` and chain to its parent's; unsigned checkpoints (written by tulip) are counted,
+not failed (``--strict`` fails an unsigned checkpoint that follows signed ones). One line per
+problem, exit 1 if any::
 
     tulip-nb verify ./demo_threads ticket-8912-refund
 """
@@ -27,12 +31,17 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--limit", type=int, default=100_000, help="at most this many checkpoints (default: %(default)s)"
     )
+    parser.add_argument("--strict", action="store_true", help="an unsigned checkpoint after signed ones fails")
     parser.set_defaults(handler=run)
 
 
-async def verify(cp: Any, thread_id: str, limit: int = 100_000) -> tuple[int, list[str]]:
-    """``(checkpoints checked, problems)`` for ``thread_id`` in ``cp``."""
+async def verify(
+    cp: Any, thread_id: str, limit: int = 100_000, *, strict: bool = False, chain: dict[str, int] | None = None
+) -> tuple[int, list[str]]:
+    """``(checkpoints checked, problems)`` for ``thread_id`` in ``cp`` (``chain``: filled with the
+    hash-chain verdict counts)."""
     from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound
+    from tulip_nb.memory.integrity import verify_thread
 
     problems: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
@@ -76,13 +85,23 @@ async def verify(cp: Any, thread_id: str, limit: int = 100_000) -> tuple[int, li
             elif info.checkpoint_id in created and parent in created and created[parent] > created[info.checkpoint_id]:
                 problems.append(f"{info.checkpoint_id}: older than its parent {parent}")
     problems += [f"warning: {w.message}" for w in caught]
+    report = await verify_thread(cp, thread_id, limit=limit, strict=strict)
+    problems += [
+        f"{v.checkpoint_id}: hash chain: {v.status}: {v.detail}" for v in report.failures if v.status != "unreadable"
+    ]
+    if chain is not None:
+        chain.update(report.counts())
     return len(infos), problems
 
 
 def run(args: argparse.Namespace) -> int:
     from tulip_nb.core.errors import CheckpointNotFound
 
-    count, problems = with_checkpointer(args.url, lambda cp: verify(cp, args.thread_id, args.limit))
+    chain: dict[str, int] = {}
+    strict = bool(getattr(args, "strict", False))
+    count, problems = with_checkpointer(
+        args.url, lambda cp: verify(cp, args.thread_id, args.limit, strict=strict, chain=chain)
+    )
     if count == 0 and not problems:
         raise CheckpointNotFound("no such thread", thread_id=args.thread_id)
     for line in problems:
@@ -91,4 +110,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"tulip-nb verify: {len(problems)} problem(s) in {count} checkpoint(s)", file=sys.stderr)
         return 1
     print(f"ok: {count} checkpoint(s) of {args.thread_id}")
+    print("hash chain: " + ", ".join(f"{n} {status}" for status, n in sorted(chain.items())))
     return 0

@@ -32,7 +32,15 @@ from tulip_nb.agent._turn import (
     run_info,
 )
 from tulip_nb.agent.errors import ResumeNeedsResponse
-from tulip_nb.agent.events import CheckpointSaved, IterationDone, ModelCall, ToolCalled, emit
+from tulip_nb.agent.events import (
+    CheckpointSaved,
+    InterruptAnswered,
+    InterruptRaised,
+    IterationDone,
+    ModelCall,
+    ToolCalled,
+    emit,
+)
 from tulip_nb.agent.result import PendingInterrupt, Step, StopReason
 from tulip_nb.core._time import utcnow
 from tulip_nb.core.messages import Message, ToolCall
@@ -157,6 +165,18 @@ class TurnRunner:
         ex = execution(pending.tool_name, pending.tool_call_id, pending.arguments, result=response)
         self._record(ex)
         self._set_status("running")
+        await emit(
+            self.agent.hooks,
+            "on_interrupt_answered",
+            InterruptAnswered(
+                self.thread_id,
+                self.state.iteration,
+                pending.tool_name,
+                pending.tool_call_id,
+                pending.question,
+                response,
+            ),
+        )
 
     async def finish_batch(self, *, force: bool = False) -> Step | None:
         """Run the calls of the last assistant message still without results (after a resume).
@@ -291,6 +311,19 @@ class TurnRunner:
                 except TypeError:
                     payload = repr(payload)
                 self.interrupt = PendingInterrupt(intr.question, call.name, call.id, dict(call.arguments), payload)
+                await emit(
+                    self.agent.hooks,
+                    "on_interrupt",
+                    InterruptRaised(
+                        self.thread_id,
+                        self.state.iteration,
+                        intr.question,
+                        call.name,
+                        call.id,
+                        dict(call.arguments),
+                        payload,
+                    ),
+                )
                 return
 
     async def _call_one(self, call: ToolCall) -> None:

@@ -372,6 +372,8 @@ class Agent(AgentBase):
             raise CheckpointNotFound("cannot fork a thread without checkpoints", thread_id=thread_id)
         new_id = new_thread_id or f"{thread_id}-fork-{uuid.uuid4().hex[:8]}"
         meta = {"forked_from": thread_id, "parent_checkpoint_id": ckpt.checkpoint_id, "source": "fork"}
+        if isinstance(ckpt.metadata.get("tulip_nb_hash"), str):  # chain the fork to its source
+            meta["tulip_nb_parent_hash"] = ckpt.metadata["tulip_nb_hash"]
         try:
             cid = await cp.save(ckpt.state, new_id, metadata=meta, expected_parent="")
         except CheckpointConflict as e:

@@ -14,6 +14,8 @@ A hook is any object with some of these methods (sync or async); each gets one e
 ``on_model_call``            :class:`ModelCall` — the request exactly as sent, and the response
 ``on_tool_call``             :class:`ToolCalled` — one tool call's outcome
 ``on_iteration``             :class:`IterationDone` — end of one Think -> Execute iteration
+``on_interrupt``             :class:`InterruptRaised` — a tool asked a human; the turn stops
+``on_interrupt_answered``    :class:`InterruptAnswered` — ``resume(response=...)`` answered it
 ===========================  =====================================================================
 
 Events are frozen dataclasses holding immutable values (tuples of frozen messages), so a hook
@@ -31,7 +33,16 @@ from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import ToolExecution
 from tulip_nb.models.base import Usage
 
-__all__ = ["CheckpointLoaded", "CheckpointSaved", "IterationDone", "ModelCall", "ToolCalled", "emit"]
+__all__ = [
+    "CheckpointLoaded",
+    "CheckpointSaved",
+    "InterruptAnswered",
+    "InterruptRaised",
+    "IterationDone",
+    "ModelCall",
+    "ToolCalled",
+    "emit",
+]
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,27 @@ class IterationDone:
     response: Message | None
     tool_results: tuple[ToolExecution, ...]
     checkpoint_id: str | None
+
+
+@dataclass(frozen=True)
+class InterruptRaised:
+    thread_id: str | None
+    iteration: int
+    question: str
+    tool_name: str
+    tool_call_id: str
+    arguments: dict[str, Any]
+    payload: Any
+
+
+@dataclass(frozen=True)
+class InterruptAnswered:
+    thread_id: str | None
+    iteration: int
+    tool_name: str
+    tool_call_id: str
+    question: str
+    response: Any
 
 
 async def emit(hooks: Sequence[Any], name: str, event: Any) -> None:

@@ -11,11 +11,15 @@ turn; ``messages``, ``metadata`` and ``provider_state`` carry across turns.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import operator
 import threading
 import uuid
 from collections import OrderedDict
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from tulip_nb.core._time import AwareDatetime, utcnow
@@ -26,6 +30,8 @@ __all__ = [
     "MessageBlobCache",
     "ReasoningStep",
     "ToolExecution",
+    "message_digest",
+    "messages_digest",
     "state_json_bytes",
     "state_json_parts",
 ]
@@ -137,6 +143,45 @@ class AgentState(BaseModel):
 _EXCLUDE_MESSAGES = {"messages"}
 
 
+class _BlobEntry:
+    """One thread's cached messages: their refs, joined bytes (or None) and running digest."""
+
+    __slots__ = ("blob", "checked", "hashed", "hasher", "refs")
+
+    def __init__(self, refs: list[Message], blob: bytearray | None) -> None:
+        self.refs = refs
+        self.blob = blob
+        self.hasher: Any = None  # hashlib sha256 over the leaf digests of refs[:hashed]
+        self.hashed = 0
+        self.checked: list[Message] | None = None  # the list digest() just checked, for blob()
+
+    def extends(self, messages: list[Message]) -> bool:
+        """Whether ``messages`` starts with exactly the cached message objects (identity)."""
+        refs = self.refs
+        return len(refs) <= len(messages) and all(map(operator.is_, refs, messages))
+
+    def append(self, new: list[Message]) -> None:
+        blob = self.blob
+        if blob is not None:
+            for message in new:
+                if blob:
+                    blob += b","
+                blob += message.json_bytes()
+        self.refs.extend(new)
+
+
+def message_digest(message: Message) -> bytes:
+    """sha256 of a message's canonical JSON (keys sorted at every level), the leaf of a thread's hash.
+
+    Sorting keys makes the digest independent of the key order a store hands back (PostgreSQL
+    ``jsonb`` reorders keys, tulip writes its own order), so a checkpoint verifies on every backend.
+    """
+    data = message.json_bytes()
+    with contextlib.suppress(orjson.JSONDecodeError, orjson.JSONEncodeError):  # an int beyond 64 bits: as is
+        data = orjson.dumps(orjson.loads(data), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).digest()
+
+
 class MessageBlobCache:
     """The joined JSON of the messages last encoded per key (a thread), so a save appends only.
 
@@ -146,13 +191,32 @@ class MessageBlobCache:
     appended to a ``bytearray`` (amortised O(new)). Anything else (a message replaced or removed)
     rebuilds the blob. At most ``capacity`` threads are kept, least recently used first out.
 
-    Not thread-safe per key: callers serialise saves of one thread (the backends hold a lock).
+    The cache also keeps a running sha256 over the messages' :func:`message_digest` (see
+    :meth:`digest`), so signing a save (``tulip_nb.memory.integrity``) hashes only the new messages.
+
+    Not thread-safe per key for :meth:`blob`: callers serialise saves of one thread (the backends
+    hold a lock). :meth:`digest` is thread-safe.
+
+    >>> from tulip_nb.core.messages import Message
+    >>> cache = MessageBlobCache()
+    >>> msgs = [Message.user("hi")]
+    >>> bytes(cache.blob("t", msgs))
+    b'{"role":"user","content":"hi","tool_calls":[],"tool_call_id":null,"name":null,"metadata":{}}'
+    >>> cache.digest("t", msgs) == messages_digest(msgs)
+    True
     """
 
     def __init__(self, capacity: int = 8) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[str, tuple[list[Message], bytearray]] = OrderedDict()
+        self._entries: OrderedDict[str, _BlobEntry] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _store(self, key: str, entry: _BlobEntry) -> None:
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
 
     def blob(self, key: str, messages: list[Message]) -> bytearray:
         """The messages' JSON joined with commas (no brackets); valid until the next call for ``key``."""
@@ -160,27 +224,60 @@ class MessageBlobCache:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
-        if entry is not None:
-            refs, blob = entry
-            n = len(refs)
-            if n <= len(messages) and all(a is b for a, b in zip(refs, messages, strict=False)):
-                for message in messages[n:]:
-                    if blob:
-                        blob += b","
-                    blob += message.json_bytes()
-                refs.extend(messages[n:])
-                return blob
+        if entry is not None and entry.blob is not None:
+            checked, entry.checked = entry.checked, None
+            if (
+                checked is messages
+                and len(messages) == len(entry.refs)
+                and (not messages or entry.refs[-1] is messages[-1])
+            ):
+                return entry.blob  # digest() checked this very list a moment ago, in the same save
+            if entry.extends(messages):
+                entry.append(messages[len(entry.refs) :])
+                return entry.blob
+        if entry is not None and entry.blob is None and entry.extends(messages):  # digest-only so far
+            entry.blob = bytearray(b",".join([m.json_bytes() for m in entry.refs]))
+            entry.append(messages[len(entry.refs) :])
+            return entry.blob
         blob = bytearray(b",".join([m.json_bytes() for m in messages]))
-        with self._lock:
-            self._entries[key] = (list(messages), blob)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
+        self._store(key, _BlobEntry(list(messages), blob))
         return blob
+
+    def digest(self, key: str, messages: list[Message]) -> bytes:
+        """:func:`messages_digest` of ``messages``, hashing only those not seen last time for ``key``."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not entry.extends(messages):
+                entry = _BlobEntry(list(messages), None)
+                self._entries[key] = entry
+                while len(self._entries) > self.capacity:
+                    self._entries.popitem(last=False)
+            else:
+                self._entries.move_to_end(key)
+                if len(entry.refs) < len(messages):
+                    entry.append(messages[len(entry.refs) :])
+            if entry.hasher is None:
+                entry.hasher, entry.hashed = hashlib.sha256(_MESSAGES_TAG), 0
+            for message in entry.refs[entry.hashed :]:
+                entry.hasher.update(message_digest(message))
+            entry.hashed = len(entry.refs)
+            entry.checked = messages if entry.blob is not None else None
+            return bytes(entry.hasher.copy().digest())
 
     def forget(self, key: str) -> None:
         with self._lock:
             self._entries.pop(key, None)
+
+
+_MESSAGES_TAG = b"tulip_nb messages sha256/1\n"
+
+
+def messages_digest(messages: list[Message]) -> bytes:
+    """sha256 over the :func:`message_digest` of each message, in order (computed from scratch)."""
+    h = hashlib.sha256(_MESSAGES_TAG)
+    for message in messages:
+        h.update(message_digest(message))
+    return h.digest()
 
 
 def state_json_parts(

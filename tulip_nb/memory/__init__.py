@@ -9,5 +9,14 @@ from tulip_nb.memory.checkpointer import (
     CheckpointInfo,
     new_checkpoint_id,
 )
+from tulip_nb.memory.integrity import ThreadVerification, verify_thread
 
-__all__ = ["BaseCheckpointer", "Capabilities", "Checkpoint", "CheckpointInfo", "new_checkpoint_id"]
+__all__ = [
+    "BaseCheckpointer",
+    "Capabilities",
+    "Checkpoint",
+    "CheckpointInfo",
+    "ThreadVerification",
+    "new_checkpoint_id",
+    "verify_thread",
+]

@@ -161,7 +161,8 @@ def info_from_head(obj: dict[str, Any], *, where: str) -> CheckpointInfo:
         if not isinstance(cid, str) or not isinstance(tid, str):
             raise TypeError("checkpoint_id and thread_id must be strings")
         created = parse_datetime(obj["created_at"])
-        meta = obj.get("metadata") or {}
+        meta = obj.get("metadata")
+        meta = {} if meta is None else meta  # not ``or {}``: a list or "" is a corrupt envelope, not empty
         if not isinstance(meta, dict):
             raise TypeError("metadata must be an object")
     except (KeyError, TypeError, ValueError) as e:

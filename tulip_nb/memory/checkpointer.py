@@ -13,9 +13,15 @@ Concurrency is last-write-wins by default. Pass ``expected_parent=`` to :meth:`s
 compare-and-swap: the save raises :class:`~tulip_nb.core.errors.CheckpointConflict` instead of
 silently racing when the thread's latest is not the one you expected.
 
+Every built-in backend also signs each save (``tulip_nb_hash`` in the save metadata, a hash chain
+along the lineage; see :mod:`tulip_nb.memory.integrity`), inside the same lock or transaction
+that picks the parent, so the chain stays exact under concurrent writers.
+
 Writing your own checkpointer: subclass :class:`BaseCheckpointer`, implement ``save``, ``load``
 and ``list_checkpoints``, override ``delete`` / ``exists`` if the defaults don't fit, and advertise
-what else you support through :attr:`BaseCheckpointer.capabilities`::
+what else you support through :attr:`BaseCheckpointer.capabilities`. To sign your saves, build the
+stored metadata with ``save_metadata(metadata, latest_id, state=state, parent_metadata=latest_meta,
+thread_id=thread_id)`` where you pick the parent (unsigned checkpoints verify as "unsigned")::
 
     class DictCheckpointer(BaseCheckpointer):
         def __init__(self):
@@ -40,13 +46,15 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
 from tulip_nb.core.errors import CapabilityNotSupported, InvalidThreadId
-from tulip_nb.core.state import AgentState
+from tulip_nb.core.state import AgentState, MessageBlobCache
+from tulip_nb.memory._signing import sign_metadata
 
 __all__ = [
     "MAX_THREAD_ID_LENGTH",
@@ -82,6 +90,13 @@ def validate_thread_id(thread_id: object) -> str:
             f"thread_id is {len(thread_id)} characters, more than {MAX_THREAD_ID_LENGTH}",
             thread_id=thread_id[:40] + "...",
         )
+    if not thread_id.isascii():
+        try:
+            thread_id.encode()
+        except UnicodeEncodeError as e:  # a lone surrogate: no store can hold it as text
+            raise InvalidThreadId(
+                f"thread_id is not valid Unicode text (surrogate at {e.start})", thread_id=repr(thread_id)
+            ) from None
     return thread_id
 
 
@@ -94,6 +109,13 @@ def validate_checkpoint_id(checkpoint_id: object, thread_id: str | None = None) 
         )
     if len(checkpoint_id) > 512:
         raise InvalidThreadId("checkpoint_id is longer than 512 characters", thread_id=thread_id)
+    if not checkpoint_id.isascii():
+        try:
+            checkpoint_id.encode()
+        except UnicodeEncodeError:
+            raise InvalidThreadId(
+                f"checkpoint_id is not valid Unicode text: {checkpoint_id!r}", thread_id=thread_id
+            ) from None
     return checkpoint_id
 
 
@@ -155,13 +177,39 @@ class Checkpoint:
         return self.info.parent_checkpoint_id
 
 
-def save_metadata(metadata: dict[str, Any] | None, parent: str | None) -> dict[str, Any]:
-    """The save metadata to store: the caller's keys plus ``parent_checkpoint_id``.
+def save_metadata(
+    metadata: dict[str, Any] | None,
+    parent: str | None,
+    *,
+    state: AgentState | None = None,
+    parent_metadata: Mapping[str, Any] | None = None,
+    thread_id: str | None = None,
+    cache: MessageBlobCache | None = None,
+) -> dict[str, Any]:
+    """The save metadata to store: the caller's keys plus ``parent_checkpoint_id``, signed.
 
-    A caller-given ``parent_checkpoint_id`` (a fork, an import) wins over the computed one.
+    A caller-given ``parent_checkpoint_id`` (a fork, an import) wins over the computed one. With
+    ``state`` (and ``thread_id``) the metadata also gets the thread's hash chain
+    (``tulip_nb_hash``, see :mod:`tulip_nb.memory.integrity`): pass the save metadata of the
+    thread's latest checkpoint as ``parent_metadata``, read in the same lock or transaction that
+    chose ``parent``, so the chain is exact under concurrent writers. Every built-in backend calls
+    this inside its critical section; a custom checkpointer does the same to sign its saves::
+
+        meta = save_metadata(metadata, latest_id, state=state, parent_metadata=latest_meta,
+                             thread_id=thread_id)
     """
     out = dict(metadata) if metadata else {}
     out.setdefault(PARENT_KEY, parent)
+    if state is not None and thread_id is not None:
+        sign_metadata(
+            out,
+            state,
+            given=metadata,
+            latest_id=parent,
+            latest_metadata=parent_metadata,
+            key=thread_id,
+            cache=cache,
+        )
     return out
 
 

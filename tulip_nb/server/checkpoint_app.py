@@ -121,6 +121,13 @@ def _limit(request: Request, default: int) -> int:
     return value
 
 
+def _object(body: Any) -> dict[str, Any]:
+    """A request body that must be a JSON object (ValueError -> 400 otherwise)."""
+    if not isinstance(body, dict):
+        raise ValueError(f"body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
 def _precondition(request: Request) -> str | None:
     """``expected_parent`` from If-Match (``"<cid>"``) or If-None-Match: ``*`` (empty thread)."""
     if_match = request.headers.get("if-match")
@@ -179,7 +186,7 @@ def checkpoint_app(checkpointer: BaseCheckpointer, *, debug: bool = False) -> St
                 meta = await cp.get_metadata(tid, request.query_params.get("checkpoint_id"))
                 return _json({"metadata": meta})
             case ("POST", ["threads", tid, "copy"]):
-                body = orjson.loads(await request.body())
+                body = _object(orjson.loads(await request.body()))
                 return _json({"copied": await cp.copy_thread(tid, str(body["dest_thread_id"]))})
             case ("GET", ["threads"]):
                 pattern = request.query_params.get("pattern", "*")
@@ -194,7 +201,7 @@ def checkpoint_app(checkpointer: BaseCheckpointer, *, debug: bool = False) -> St
                 rows = await cp.query_by_metadata(q["key"], orjson.loads(q["value"]), limit=_limit(request, 100))
                 return _json({"checkpoints": rows})
             case ("POST", ["vacuum"]):
-                body = orjson.loads(await request.body() or b"{}")
+                body = _object(orjson.loads(await request.body() or b"{}"))
                 days = float(body.get("older_than_days", 30))
                 if not math.isfinite(days):
                     raise ValueError("older_than_days must be finite")

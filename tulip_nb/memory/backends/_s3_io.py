@@ -148,14 +148,16 @@ class S3IO:
         status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         return str(err.get("Code", "")), int(status or 0)
 
-    def _call(self, action: str, key: str | None, fn: Any, /, **kwargs: Any) -> Any:
+    def _call(self, action: str, key: str | None, fn: Any, /, *, missing_ok: bool = True, **kwargs: Any) -> Any:
+        """``fn(Bucket=..., **kwargs)``; a 404 is None (a missing object) unless ``missing_ok`` is
+        False: a write answered 404 did not happen, and must not pass for a success."""
         try:
             return fn(Bucket=self.bucket, **kwargs)
         except self._exc.ClientError as e:
             code, status = self._code(e)
             if status == 412 or code == "PreconditionFailed":
                 raise PreconditionFailed(key) from e
-            if code in _MISSING_CODES or (status == 404 and code != "NoSuchBucket"):
+            if missing_ok and (code in _MISSING_CODES or (status == 404 and code != "NoSuchBucket")):
                 return None
             raise self.unavailable(e, key, action) from e
         except (self._exc.BotoCoreError, OSError) as e:
@@ -163,7 +165,7 @@ class S3IO:
 
     # -- objects ------------------------------------------------------------------------------
     def get(self, key: str, *, byte_range: str | None = None) -> Stored | None:
-        extra = {"Range": byte_range} if byte_range else {}
+        extra: dict[str, Any] = {"Range": byte_range} if byte_range else {}
         resp = self._call("read an object", key, self.client.get_object, Key=key, **extra)
         if resp is None:
             return None
@@ -196,7 +198,15 @@ class S3IO:
             kwargs["IfMatch"] = if_match
         elif if_none_match:
             kwargs["IfNoneMatch"] = "*"
-        resp = self._call("write an object", key, self.client.put_object, **kwargs)
+        try:
+            resp = self._call("write an object", key, self.client.put_object, missing_ok=False, **kwargs)
+        except BackendUnavailable as e:
+            # If-Match on an object that is gone answers 404 NoSuchKey: the condition failed
+            if if_match is not None and isinstance(e.__cause__, self._exc.ClientError):
+                code, status = self._code(e.__cause__)
+                if status == 404 and code != "NoSuchBucket":
+                    raise PreconditionFailed(key) from e
+            raise
         return str((resp or {}).get("ETag", ""))
 
     def delete_keys(self, keys: list[str]) -> None:

@@ -164,7 +164,13 @@ class StorageBackendAdapter(BaseCheckpointer):
             now = utcnow()
             if entries and now <= entries[0].created_at:
                 now = entries[0].created_at + _TICK
-            meta = save_metadata(metadata, latest_id)
+            meta = save_metadata(
+                metadata,
+                latest_id,
+                state=state,
+                parent_metadata=entries[0].metadata if entries else None,
+                thread_id=thread_id,
+            )
             txn.put(rkey, encode_record(state_bytes, cid, now, meta), _dumps(meta))
             txn.copy(rkey, latest_key(thread_id))
             rest = [e for e in entries if e.checkpoint_id != cid]

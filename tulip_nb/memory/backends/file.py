@@ -376,7 +376,14 @@ class FileCheckpointer(BaseCheckpointer):
             now = utcnow()
             if latest is not None and now <= latest.created_at:
                 now = latest.created_at + _TICK
-            meta = save_metadata(metadata, latest_id)
+            meta = save_metadata(
+                metadata,
+                latest_id,
+                state=state,
+                parent_metadata=latest.metadata if latest else None,
+                thread_id=thread_id,
+                cache=self._blobs,
+            )
             self._write_atomic(path, encode_envelope_parts(cid, thread_id, now, state, meta, cache=self._blobs))
             info = CheckpointInfo(cid, thread_id, now, meta)
             self._remember(path, info)

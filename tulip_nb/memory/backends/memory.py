@@ -131,7 +131,13 @@ class MemoryCheckpointer(BaseCheckpointer):
             now = utcnow()
             if latest is not None and now <= latest.created_at:
                 now = latest.created_at + _TICK
-            meta = save_metadata(metadata, latest_id)
+            meta = save_metadata(
+                metadata,
+                latest_id,
+                state=state,
+                parent_metadata=latest.metadata if latest else None,
+                thread_id=thread_id,
+            )
             record = _Record.of(CheckpointInfo(cid, thread_id, now, meta), state)
             records = self._threads.setdefault(thread_id, {})
             records.pop(cid, None)

@@ -335,7 +335,14 @@ class S3Backend(BaseCheckpointer):
                 now = utcnow()
                 if head is not None and head.created_at is not None and now <= head.created_at:
                     now = head.created_at + _TICK
-                meta = save_metadata(metadata, latest_id)
+                parent_info = await self._info_of(thread_id, latest_id) if latest_id else None
+                meta = save_metadata(
+                    metadata,
+                    latest_id,
+                    state=state,
+                    parent_metadata=parent_info.metadata if parent_info else None,
+                    thread_id=thread_id,
+                )
                 await asyncio.gather(
                     self._run(self._io.put, ckpt_key, ckpt_body(cid, thread_id, now, state_bytes),
                               "application/json"),

@@ -221,7 +221,8 @@ class TulipPgCheckpointer(BaseCheckpointer):
         data = state_json_bytes(state).decode()
         async with self._tx(thread_id, lock=True) as (conn, tenant):
             row = await conn.fetchrow(
-                f"SELECT checkpoint_id, created_at FROM {self.table} WHERE tenant = $1 AND thread_id = $2 "
+                f"SELECT checkpoint_id, created_at, metadata::text AS metadata FROM {self.table} "
+                "WHERE tenant = $1 AND thread_id = $2 "
                 "ORDER BY seq DESC LIMIT 1",
                 tenant,
                 thread_id,
@@ -239,7 +240,13 @@ class TulipPgCheckpointer(BaseCheckpointer):
                 from datetime import timedelta
 
                 now = row["created_at"] + timedelta(microseconds=_TICK_US)
-            meta = save_metadata(metadata, latest_id)
+            meta = save_metadata(
+                metadata,
+                latest_id,
+                state=state,
+                parent_metadata=(_json_obj(row["metadata"]) or {}) if row else None,
+                thread_id=thread_id,
+            )
             await self._upsert(conn, tenant, thread_id, cid, data, meta, now, _oldest_at(state))
         return cid
 

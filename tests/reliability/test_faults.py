@@ -1,0 +1,258 @@
+"""Outages, a full disk, read-only storage: a clear error naming the store, the last good
+checkpoint intact, and saving resumes once the fault clears.
+
+Servers here are private (started by the fixtures) so they can be killed; the shared ones of
+services.md are never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tulip_nb.core import AgentState, Message
+from tulip_nb.core.errors import BackendUnavailable
+from tulip_nb.memory.backends import FileCheckpointer
+from tulip_nb.memory.checkpointer import BaseCheckpointer
+from tulip_nb.memory.integrity import verify_thread
+from tulip_nb.memory.urls import checkpointer_from_url
+
+from .conftest import ITERATIONS, RedisServer, pg_restart, pg_stop, record_figure
+
+
+def _state(n: int) -> AgentState:
+    return AgentState(messages=[Message.user(f"turn {i}") for i in range(n)], metadata={"n": n})
+
+
+async def _outage_round(cp: BaseCheckpointer, thread: str, n: int, stop: Any, start: Any, name: str) -> None:
+    """Save, stop the server, fail clearly, restart, find the last good checkpoint, save again."""
+    good = await cp.save(_state(n), thread)
+    stop()
+    with pytest.raises(BackendUnavailable, match=name):
+        await cp.save(_state(n + 1), thread)
+    with pytest.raises(BackendUnavailable, match=name):
+        await cp.load(thread)
+    start()
+    ckpt = None
+    for _ in range(50):  # a pool may hand out one dead connection after the restart
+        try:
+            ckpt = await cp.load_checkpoint(thread)
+            break
+        except BackendUnavailable:
+            continue
+    assert ckpt is not None and ckpt.checkpoint_id == good and ckpt.state.metadata["n"] == n
+    assert (await verify_thread(cp, thread)).ok
+    assert await cp.save(_state(n + 2), thread, expected_parent=good)
+    record_figure("faults", 1)
+
+
+async def test_redis_outage(tmp_path: Path) -> None:
+    from tests.backends.factories.remote import free_port
+
+    data = tmp_path / "redis"
+    data.mkdir()
+    server = RedisServer(free_port())
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed")
+
+    def start() -> None:  # AOF with fsync always: a killed server keeps what it acknowledged
+        server.proc = subprocess.Popen(
+            [
+                exe,
+                "--port",
+                str(server.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                str(data),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        from .conftest import _wait_port
+
+        _wait_port(server.port, up=True)
+
+    start()
+    cp = checkpointer_from_url(server.url)
+    try:
+        for i in range(max(2, ITERATIONS // 5)):
+            await _outage_round(cp, "t", i + 1, server.stop, start, "Redis")
+    finally:
+        await cp.close()
+        server.stop()
+
+
+async def test_postgresql_outage(private_pg: Any) -> None:
+    cp = checkpointer_from_url(private_pg.dsn() + "?table_name=faults")
+    try:
+        for i in range(max(2, ITERATIONS // 10)):
+            await _outage_round(
+                cp, "t", i + 1, lambda: pg_stop(private_pg), lambda: pg_restart(private_pg), "PostgreSQL"
+            )
+    finally:
+        await cp.close()
+
+
+async def test_s3_outage(private_moto: Any) -> None:
+    """moto keeps nothing across a restart: the error and the recovery of the client are checked."""
+    from tests.backends.factories.remote import S3_CREDENTIALS
+    from tulip_nb.memory.backends.s3 import S3Backend
+
+    cp = S3Backend("faults", endpoint_url=private_moto.endpoint, max_attempts=1, connect_timeout=1, **S3_CREDENTIALS)
+    try:
+        await cp.save(_state(1), "t")
+        private_moto.stop()
+        with pytest.raises(BackendUnavailable, match="S3Backend"):
+            await cp.save(_state(2), "t")
+        with pytest.raises(BackendUnavailable, match="S3Backend"):
+            await cp.load("t")
+        private_moto.start()
+        with pytest.raises(BackendUnavailable, match="NoSuchBucket"):  # a new, empty moto: said so
+            await cp.load("t")
+        import boto3
+
+        boto3.client("s3", endpoint_url=private_moto.endpoint, **S3_CREDENTIALS).create_bucket(Bucket="faults")
+        cid = await cp.save(_state(3), "t")  # the same client works again, on the empty store:
+        ckpt = await cp.load_checkpoint("t")  # its stale head pointer is re-read, not trusted
+        assert ckpt is not None and ckpt.checkpoint_id == cid and ckpt.parent_checkpoint_id is None
+        assert (await verify_thread(cp, "t")).ok
+        record_figure("faults", 1)
+    finally:
+        await cp.close()
+
+
+# -- disk full, read-only ------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _inject(monkeypatch: Any, name: str, code: int) -> Iterator[None]:
+    real = getattr(os, name)
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, name, failing)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(os, name, real)
+
+
+@pytest.mark.parametrize(
+    ("call", "code"), [("writev", errno.ENOSPC), ("fsync", errno.EIO), ("open", errno.EROFS), ("replace", errno.EACCES)]
+)
+async def test_file_write_faults_keep_the_last_good_checkpoint(
+    tmp_path: Path, monkeypatch: Any, call: str, code: int
+) -> None:
+    cp = FileCheckpointer(tmp_path)
+    good = await cp.save(_state(3), "t")
+    with _inject(monkeypatch, call, code), pytest.raises(BackendUnavailable, match=errno.errorcode[code]) as err:
+        await cp.save(_state(4), "t")
+    assert "file store" in str(err.value) and str(tmp_path) in str(err.value)
+    fresh = FileCheckpointer(tmp_path)
+    ckpt = await fresh.load_checkpoint("t")
+    assert ckpt is not None and ckpt.checkpoint_id == good
+    assert not [p for p in (tmp_path / "t").iterdir() if p.name.endswith(".tmp")]  # no temp file left
+    assert (await verify_thread(fresh, "t")).ok
+    assert await cp.save(_state(5), "t", expected_parent=good)
+    record_figure("faults", 1)
+
+
+async def test_agent_run_stops_on_a_full_disk_and_resumes(tmp_path: Path, monkeypatch: Any) -> None:
+    from tulip_nb.agent import Agent
+    from tulip_nb.models.scripted import ScriptedModel, text, tool_call
+    from tulip_nb.tools import tool
+
+    calls: list[int] = []
+    failing = {"on": False}
+    real_writev = os.writev
+
+    @tool(idempotent=True)
+    def step(i: int) -> str:
+        """One step; the disk fills after step 2."""
+        calls.append(i)
+        if i == 2 and calls.count(2) == 1:
+            failing["on"] = True
+        return f"step {i}"
+
+    def writev(fd: int, buffers: Any) -> int:
+        if failing["on"]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_writev(fd, buffers)
+
+    monkeypatch.setattr(os, "writev", writev)
+    script = [tool_call("step", i=1), tool_call("step", i=2), tool_call("step", i=3), text("done")]
+    cp = FileCheckpointer(tmp_path)
+    agent = Agent(ScriptedModel(script), tools=[step], checkpointer=cp, checkpoint_every_n_iterations=1)
+    with pytest.raises(BackendUnavailable, match="ENOSPC"):
+        await agent.run("go", thread_id="t")
+    latest = await FileCheckpointer(tmp_path).load("t")
+    assert latest is not None and [m.content for m in latest.messages if m.role == "tool"] == ["step 1"]
+    failing["on"] = False
+    agent2 = Agent(
+        ScriptedModel(script[1:]),
+        tools=[step],
+        checkpointer=FileCheckpointer(tmp_path),
+        checkpoint_every_n_iterations=1,
+    )
+    result = await agent2.resume(thread_id="t")
+    assert result.stop_reason == "complete"
+    assert calls.count(1) == 1  # recorded before the fault: never run again
+    assert (await verify_thread(FileCheckpointer(tmp_path), "t")).ok
+    record_figure("faults", 1)
+
+
+def _mount(*args: str) -> bool:
+    return subprocess.run(["mount", *args], capture_output=True, check=False).returncode == 0
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0 or not _mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)):
+        pytest.skip("cannot mount a tmpfs here (needs root and mount rights)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+
+
+async def test_real_full_disk_and_read_only_remount(tiny_tmpfs: Path) -> None:
+    cp = FileCheckpointer(tiny_tmpfs)
+    state = AgentState(messages=[Message.system("s")])
+    good = None
+    with pytest.raises(BackendUnavailable, match="ENOSPC"):
+        for i in range(1000):
+            state.messages.append(Message.user(f"{i}:" + "x" * 20_000))
+            good = await cp.save(state, "t")
+    fresh = FileCheckpointer(tiny_tmpfs)
+    ckpt = await fresh.load_checkpoint("t")
+    assert ckpt is not None and ckpt.checkpoint_id == good
+    assert (await verify_thread(fresh, "t", limit=5)).ok
+    # free space, then make the mount read-only (root ignores file modes; a ro mount does not)
+    await cp.delete("t")
+    good = await cp.save(_state(2), "t")
+    assert _mount("-o", "remount,ro", str(tiny_tmpfs))
+    try:
+        with pytest.raises(BackendUnavailable, match="EROFS"):
+            await cp.save(_state(3), "t")
+        assert (await FileCheckpointer(tiny_tmpfs).load_checkpoint("t")).checkpoint_id == good  # type: ignore[union-attr]
+    finally:
+        assert _mount("-o", "remount,rw", str(tiny_tmpfs))
+    assert await cp.save(_state(4), "t", expected_parent=good)
+    record_figure("faults", 2)

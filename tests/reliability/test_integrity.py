@@ -1,0 +1,232 @@
+"""Tamper-evident threads: every backend signs, verify_thread finds the first edited checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tulip_nb.core import AgentState, Message
+from tulip_nb.core.messages import ToolCall
+from tulip_nb.core.state import MessageBlobCache, messages_digest
+from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
+from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint
+from tulip_nb.memory.integrity import HASH_KEY, PARENT_HASH_KEY, recompute_hash, signing, verify_thread
+from tulip_nb.memory.urls import checkpointer_from_url
+
+from .conftest import drop_table, shared_url
+
+
+@contextlib.asynccontextmanager
+async def backend(kind: str, tmp_path: Path, redis_url: str) -> AsyncIterator[BaseCheckpointer]:
+    url = {
+        "memory": "memory:",
+        "file": f"file:{tmp_path / 'files'}",
+        "redis": redis_url,
+    }.get(kind) or (shared_url(kind) if kind != "s3" else "")
+    if kind == "s3":
+        from tests.backends.factories.remote import S3_CREDENTIALS, moto_endpoint, new_bucket
+        from tulip_nb.memory.backends.s3 import S3Backend
+
+        cp: BaseCheckpointer = S3Backend(new_bucket(), endpoint_url=moto_endpoint(), **S3_CREDENTIALS)
+    else:
+        cp = checkpointer_from_url(url)
+    try:
+        yield cp
+    finally:
+        await cp.close()
+        if kind in ("postgresql", "mysql"):
+            await drop_table(url)
+
+
+def _state(n: int) -> AgentState:
+    msgs = [Message.system("You are careful.")]
+    for i in range(n):
+        msgs.append(Message.user(f"question {i} ünïcode \u2028 {{'x': {i}}}"))
+        msgs.append(
+            Message.assistant(None, [ToolCall(id=f"c{i}", name="lookup", arguments={"z": i, "a": [1.5, None, "é"]})])
+        )
+        msgs.append(Message.tool(f"result {i}", tool_call_id=f"c{i}", name="lookup"))
+    return AgentState(messages=msgs, metadata={"case": "ord-4821", "b": {"y": 1, "a": 2}})
+
+
+@pytest.mark.parametrize("kind", ["memory", "file", "redis", "postgresql", "mysql", "s3"])
+async def test_every_backend_signs_and_verifies(kind: str, tmp_path: Path, session_redis: Any) -> None:
+    async with backend(kind, tmp_path, session_redis.url) as cp:
+        state = _state(3)
+        ids = []
+        for i in range(4):
+            state.messages.append(Message.user(f"turn {i}"))
+            state.iteration = i
+            ids.append(await cp.save(state, "t/1", metadata={"step": i}))
+        report = await verify_thread(cp, "t/1")
+        assert report.ok, report
+        assert report.counts() == {"ok": 4}
+        infos = sorted(await cp.list_checkpoint_infos("t/1", 10), key=lambda i: i.created_at)
+        assert [i.checkpoint_id for i in infos] == ids
+        for older, newer in itertools.pairwise(infos):  # the chain links hash to hash
+            assert newer.metadata[PARENT_HASH_KEY] == older.metadata[HASH_KEY]
+        # a fork chains to its source checkpoint in the other thread
+        from tulip_nb.agent import Agent
+        from tulip_nb.models.scripted import ScriptedModel
+
+        agent = Agent(ScriptedModel(["ok"]), checkpointer=cp)
+        fork = await agent.fork("t/1", ids[1], "t/1-fork")
+        report = await verify_thread(cp, fork)
+        assert report.ok and report.counts() == {"ok": 1}, report
+
+
+async def test_tampering_is_found_at_the_first_edited_checkpoint(tmp_path: Path) -> None:
+    cp = FileCheckpointer(tmp_path)
+    state = _state(2)
+    for i in range(5):
+        state.messages.append(Message.user(f"turn {i}"))
+        await cp.save(state, "t")
+    infos = sorted(await cp.list_checkpoint_infos("t", 10), key=lambda i: i.created_at)
+    victim = cp.checkpoint_path("t", infos[2].checkpoint_id)
+    victim.write_bytes(victim.read_bytes().replace(b'"turn 1"', b'"turn one"'))
+    report = await verify_thread(FileCheckpointer(tmp_path), "t")
+    assert not report.ok
+    assert report.first_failure is not None and report.first_failure.checkpoint_id == infos[2].checkpoint_id
+    assert report.first_failure.status == "mismatch"
+    assert [v.status for v in report.verdicts] == ["ok", "ok", "mismatch", "ok", "ok"]
+
+    # an edit that recomputes the edited checkpoint's own hash still breaks the chain after it
+    env = orjson.loads(victim.read_bytes())
+    ck = Checkpoint(
+        env["checkpoint_id"], "t", infos[2].created_at, AgentState.model_validate(env["state"]), env["metadata"]
+    )
+    env["metadata"][HASH_KEY] = "0" * 64
+    env["metadata"][HASH_KEY] = recompute_hash(ck)
+    victim.write_bytes(orjson.dumps(env))
+    report = await verify_thread(FileCheckpointer(tmp_path), "t")  # the head index still has the old hash
+    assert report.first_failure is not None and "listing" in report.first_failure.detail
+    (victim.parent / ".tulip_nb_index").unlink()  # a careful forger rewrites that too
+    report = await verify_thread(FileCheckpointer(tmp_path), "t")
+    assert report.first_failure is not None and report.first_failure.checkpoint_id == infos[3].checkpoint_id
+    assert report.first_failure.status == "broken_chain"
+
+    # removing a checkpoint in the middle breaks the chain at its child
+    cp.checkpoint_path("t", infos[1].checkpoint_id).unlink()
+    report = await verify_thread(FileCheckpointer(tmp_path), "t")
+    assert report.verdicts[1].checkpoint_id == infos[2].checkpoint_id
+    assert report.verdicts[1].status == "broken_chain" and "not in the thread" in report.verdicts[1].detail
+
+
+async def test_metadata_edit_and_stripped_hash(tmp_path: Path) -> None:
+    cp = MemoryCheckpointer()
+    for i in range(3):
+        await cp.save(_state(1), "t", metadata={"who": "agent", "i": i})
+    infos = sorted(await cp.list_checkpoint_infos("t", 10), key=lambda i: i.created_at)
+    infos[0].metadata["who"] = "someone else"  # the stored dict itself
+    report = await verify_thread(cp, "t")
+    assert report.first_failure is not None and report.first_failure.checkpoint_id == infos[0].checkpoint_id
+    infos[0].metadata["who"] = "agent"
+    for key in (HASH_KEY, PARENT_HASH_KEY, "tulip_nb_hash_alg"):
+        infos[-1].metadata.pop(key)
+    report = await verify_thread(cp, "t")
+    assert report.ok and report.counts() == {"ok": 2, "unsigned": 1}
+    strict = await verify_thread(cp, "t", strict=True)
+    assert not strict.ok and strict.first_failure.checkpoint_id == infos[-1].checkpoint_id  # type: ignore[union-attr]
+
+
+async def test_tulip_threads_are_unsigned_not_failures(tmp_path: Path) -> None:
+    from tulip.memory.backends.file import FileCheckpointer as TulipFile  # the peer, writing its own format
+
+    from bench.workload import to_tulip_state
+
+    theirs = TulipFile(str(tmp_path))
+    for _ in range(2):
+        await theirs.save(to_tulip_state(_state(1)), "t")
+    ours = FileCheckpointer(tmp_path)
+    assert (await verify_thread(ours, "t")).counts() == {"unsigned": 2}
+    state = await ours.load("t")
+    assert state is not None
+    await ours.save(state, "t")  # tulip_nb continues the thread: signed from here on
+    report = await verify_thread(ours, "t")
+    assert report.ok and report.counts() == {"unsigned": 2, "ok": 1}
+
+
+async def test_copy_and_export_keep_verifying(tmp_path: Path) -> None:
+    cp = FileCheckpointer(tmp_path / "a")
+    for i in range(3):
+        await cp.save(_state(i + 1), "src")
+    await cp.copy_thread("src", "dst")
+    assert (await verify_thread(cp, "dst")).counts() == {"ok": 3}
+    other = MemoryCheckpointer()
+    for info in sorted(await cp.list_checkpoint_infos("src", 10), key=lambda i: i.created_at):
+        ck = await cp.load_checkpoint("src", info.checkpoint_id)
+        assert ck is not None
+        await other.put_checkpoint(ck)
+    assert (await verify_thread(other, "src")).counts() == {"ok": 3}
+
+
+async def test_jsonb_style_key_reordering_still_verifies() -> None:
+    """PostgreSQL jsonb hands keys back in its own order: the hash is over sorted keys."""
+    cp = MemoryCheckpointer()
+    await cp.save(_state(2), "t", metadata={"z": 1, "a": {"d": 1, "c": 2}})
+    ck = await cp.load_checkpoint("t")
+    assert ck is not None
+
+    def shuffled(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return {k: shuffled(obj[k]) for k in sorted(obj, key=lambda k: (len(k), k), reverse=True)}
+        if isinstance(obj, list):
+            return [shuffled(v) for v in obj]
+        return obj
+
+    from tulip_nb.memory._envelope import state_from_obj
+
+    raw = shuffled(orjson.loads(ck.state.to_json_bytes()))
+    again = state_from_obj(raw, where="test")
+    assert recompute_hash((again, shuffled(ck.metadata))) == ck.metadata[HASH_KEY]
+
+
+async def test_signing_can_be_switched_off_for_benchmarks() -> None:
+    cp = MemoryCheckpointer()
+    with signing(False):
+        await cp.save(_state(1), "t")
+    assert HASH_KEY not in (await cp.list_checkpoint_infos("t"))[0].metadata
+
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False) | _text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    contents=st.lists(st.tuples(_text, st.dictionaries(_text, _json, max_size=3)), min_size=0, max_size=8),
+    meta=st.dictionaries(_text, _json, max_size=4),
+    cut=st.integers(0, 8),
+)
+async def test_incremental_digest_equals_from_scratch(contents: list[Any], meta: dict[str, Any], cut: int) -> None:
+    msgs = [
+        Message.assistant(c, [ToolCall(id=f"c{i}", name="t", arguments=args)]) if args else Message.user(c)
+        for i, (c, args) in enumerate(contents)
+    ]
+    cache = MessageBlobCache()
+    cache.digest("k", msgs[:cut])
+    assert cache.digest("k", msgs) == messages_digest(msgs)
+    cache.blob("k", msgs)
+    assert cache.digest("k", msgs) == messages_digest(msgs)
+    # round trip through a store: a fresh process verifies what this one signed
+    cp = MemoryCheckpointer()
+    meta = {k: v for k, v in meta.items() if k not in ("parent_checkpoint_id", "copied_from")}
+    await cp.save(AgentState(messages=msgs, metadata=meta), "t", metadata=meta)
+    ck = await cp.load_checkpoint("t")
+    assert ck is not None
+    from tulip_nb.memory._envelope import decode_envelope, encode_envelope
+
+    again = decode_envelope(encode_envelope(ck.checkpoint_id, "t", ck.created_at, ck.state, ck.metadata), where="test")
+    assert recompute_hash(again) == ck.metadata[HASH_KEY]

@@ -1,0 +1,155 @@
+"""The hash chain that makes a thread tamper-evident: computing one checkpoint's hash. Pure, no I/O.
+
+Every save stores three keys in the checkpoint's save metadata (keys tulip ignores)::
+
+    tulip_nb_hash         sha256 over the checkpoint's canonical content and its parent's hash
+    tulip_nb_parent_hash  the parent checkpoint's tulip_nb_hash (None: no parent, or an unsigned one)
+    tulip_nb_hash_alg     "sha256-chain/1"
+
+The content is the whole state (every message, every counter, the application metadata) plus the
+caller's save metadata, in a canonical form that survives any store: each message is hashed as JSON
+with sorted keys, the per-message digests are chained in order, the rest of the state and the save
+metadata are hashed as sorted-key JSON. Left out, because copying or importing a thread rewrites them
+legitimately: the checkpoint and thread ids, ``created_at``, ``parent_checkpoint_id`` (the chain
+itself binds the parent, by its hash) and ``copied_from``.
+
+Saves hash incrementally: the per-message digests are chained in a running sha256 kept per thread
+in a :class:`~tulip_nb.core.state.MessageBlobCache` (identity-checked, like the message bytes), so
+a save hashes only its new messages plus the small rest of the state. :mod:`tulip_nb.memory.integrity`
+recomputes everything from scratch to verify.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import orjson
+
+from tulip_nb.core.state import AgentState, MessageBlobCache, messages_digest
+
+__all__ = [
+    "ALG",
+    "ALG_KEY",
+    "HASH_KEY",
+    "PARENT_HASH_KEY",
+    "checkpoint_hash",
+    "sign_metadata",
+    "signing",
+    "signing_enabled",
+]
+
+HASH_KEY = "tulip_nb_hash"
+PARENT_HASH_KEY = "tulip_nb_parent_hash"
+ALG_KEY = "tulip_nb_hash_alg"
+ALG = "sha256-chain/1"
+_PARENT_KEY = "parent_checkpoint_id"
+UNHASHED_KEYS = frozenset((HASH_KEY, PARENT_HASH_KEY, ALG_KEY, _PARENT_KEY, "copied_from"))
+_TAG = b"tulip_nb checkpoint sha256-chain/1\n"
+_EXCLUDE_MESSAGES = {"messages"}
+
+_DIGESTS = MessageBlobCache(capacity=256)
+"""Running message digests for backends that keep no blob cache of their own (digests only)."""
+
+_state = threading.local()
+_disabled_globally = False
+
+
+def signing_enabled() -> bool:
+    """Whether saves in this thread are signed (they are unless inside ``signing(False)``)."""
+    return not (_disabled_globally or getattr(_state, "off", False))
+
+
+@contextlib.contextmanager
+def signing(enabled: bool, *, everywhere: bool = False) -> Iterator[None]:
+    """Turn signing off (or back on) for the saves made inside the block: for benchmarks and tests.
+
+    The switch is per OS thread; backends that save in a worker thread (``FileCheckpointer``) need
+    ``everywhere=True``, which flips it process-wide for the duration.
+    """
+    global _disabled_globally
+    before, before_global = getattr(_state, "off", False), _disabled_globally
+    _state.off = not enabled
+    if everywhere:
+        _disabled_globally = not enabled
+    try:
+        yield
+    finally:
+        _state.off = before
+        _disabled_globally = before_global
+
+
+def _canonical(data: bytes | bytearray) -> bytes:
+    try:
+        return orjson.dumps(orjson.loads(data), option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return bytes(data)
+
+
+def state_rest_json(state: AgentState) -> bytes:
+    """Canonical JSON of everything in the state except its messages."""
+    return _canonical(AgentState.__pydantic_serializer__.to_json(state, exclude=_EXCLUDE_MESSAGES))
+
+
+def metadata_json(metadata: Mapping[str, Any]) -> bytes:
+    """Canonical JSON of the hashed part of the save metadata."""
+    kept = {k: v for k, v in metadata.items() if k not in UNHASHED_KEYS}
+    try:
+        return orjson.dumps(kept, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    except (orjson.JSONEncodeError, TypeError):  # mixed key types cannot be sorted: go through JSON
+        return _canonical(orjson.dumps(kept, option=orjson.OPT_NON_STR_KEYS))
+
+
+def checkpoint_hash(
+    state: AgentState,
+    metadata: Mapping[str, Any],
+    parent_hash: str | None,
+    *,
+    messages_sha: bytes | None = None,
+) -> str:
+    """The hex ``tulip_nb_hash`` of a checkpoint (``messages_sha``: a cached :func:`messages_digest`)."""
+    h = hashlib.sha256(_TAG)
+    h.update(messages_sha if messages_sha is not None else messages_digest(state.messages))
+    h.update(hashlib.sha256(state_rest_json(state)).digest())
+    h.update(hashlib.sha256(metadata_json(metadata)).digest())
+    h.update(b"parent:" + (parent_hash or "").encode())
+    return h.hexdigest()
+
+
+def sign_metadata(
+    meta: dict[str, Any],
+    state: AgentState,
+    *,
+    given: Mapping[str, Any] | None,
+    latest_id: str | None,
+    latest_metadata: Mapping[str, Any] | None,
+    key: str,
+    cache: MessageBlobCache | None = None,
+) -> dict[str, Any]:
+    """Add the three hash keys to ``meta`` (the save metadata about to be stored) and return it.
+
+    The parent's hash is the thread latest's ``tulip_nb_hash`` (``latest_metadata``, which the
+    backend read in the same critical section that chose the parent), unless the caller named
+    another parent (a fork, an import): then the caller's ``tulip_nb_parent_hash``, if any.
+    """
+    for k in (HASH_KEY, PARENT_HASH_KEY, ALG_KEY):
+        meta.pop(k, None)
+    if not signing_enabled():
+        return meta
+    parent = meta.get(_PARENT_KEY)
+    if given is not None and _PARENT_KEY in given and parent != latest_id:
+        ph = given.get(PARENT_HASH_KEY)
+        parent_hash = ph if isinstance(ph, str) else None
+    elif parent is not None and parent == latest_id and latest_metadata is not None:
+        ph = latest_metadata.get(HASH_KEY)
+        parent_hash = ph if isinstance(ph, str) else None
+    else:
+        parent_hash = None
+    sha = (cache or _DIGESTS).digest(key, state.messages)
+    meta[HASH_KEY] = checkpoint_hash(state, meta, parent_hash, messages_sha=sha)
+    meta[PARENT_HASH_KEY] = parent_hash
+    meta[ALG_KEY] = ALG
+    return meta
