@@ -75,26 +75,26 @@ def _message(raw: Any) -> Message | None:
     ):
         return None
     calls = []
+    complete = True  # every tool call has all four keys: the parsed dict is the message's JSON
     for item in tool_calls:
         call = _tool_call(item)
         if call is None:
             return None
         calls.append(call)
+        complete = complete and len(item) == 4
     extra = {k: v for k, v in raw.items() if k not in _MESSAGE_FIELDS} if len(raw) > 6 else {}
     message = _new(Message)
-    _set(
-        message,
-        "__dict__",
-        {
-            "role": role,
-            "content": content,
-            "tool_calls": calls,
-            "tool_call_id": call_id,
-            "name": name,
-            "metadata": metadata,
-            _JSON_RAW: raw,
-        },
-    )
+    fields = {
+        "role": role,
+        "content": content,
+        "tool_calls": calls,
+        "tool_call_id": call_id,
+        "name": name,
+        "metadata": metadata,
+    }
+    if complete:  # else a default (malformed_arguments) is missing: pydantic serialises it
+        fields[_JSON_RAW] = raw
+    _set(message, "__dict__", fields)
     _set_fields_set(message, set(raw))
     _set_extra(message, extra)
     _set_private(message, None)
