@@ -48,7 +48,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -57,6 +57,8 @@ from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory._signing import sign_metadata
 
 __all__ = [
+    "check_expected_parent",
+    "next_created_at",
     "MAX_THREAD_ID_LENGTH",
     "BaseCheckpointer",
     "Capabilities",
@@ -234,6 +236,35 @@ def validate_checkpoint(checkpoint: object) -> Checkpoint:
     return checkpoint
 
 
+def check_expected_parent(expected_parent: str | None, latest_id: str | None, thread_id: str) -> None:
+    """The compare-and-swap test every backend runs under its lock before writing.
+
+    ``expected_parent=None`` is last-write-wins (no check); ``""`` means "the thread must be empty".
+    """
+    from tulip_nb.core.errors import CheckpointConflict
+
+    if expected_parent is not None and (expected_parent or None) != latest_id:
+        raise CheckpointConflict(
+            "thread's latest checkpoint is not the expected parent",
+            thread_id=thread_id,
+            expected=expected_parent,
+            actual=latest_id,
+        )
+
+
+_TICK = timedelta(microseconds=1)
+
+
+def next_created_at(latest: datetime | None) -> datetime:
+    """Now, or just after the thread's latest ``created_at`` if the clock has not passed it.
+
+    Keeps every thread's checkpoints strictly ordered by ``created_at`` (how latest is decided)
+    even when two saves land in the same microsecond or the clock steps back.
+    """
+    now = datetime.now(UTC)
+    return latest + _TICK if latest is not None and now <= latest else now
+
+
 class BaseCheckpointer(ABC):
     """Persists :class:`~tulip_nb.core.AgentState` per thread; see the module docstring."""
 
@@ -339,7 +370,7 @@ class BaseCheckpointer(ABC):
         ``parent_checkpoint_id`` when the metadata lacks it): a verified export reports that.
 
         >>> import asyncio
-        >>> from datetime import UTC, datetime
+        >>> from datetime import UTC, datetime, timedelta
         >>> from tulip_nb.core import AgentState
         >>> from tulip_nb.memory.backends import MemoryCheckpointer
         >>> cp = MemoryCheckpointer()
@@ -349,9 +380,7 @@ class BaseCheckpointer(ABC):
         {'k': 1}
         """
         checkpoint = validate_checkpoint(checkpoint)
-        await self.save(
-            checkpoint.state, checkpoint.thread_id, checkpoint.checkpoint_id, dict(checkpoint.metadata)
-        )
+        await self.save(checkpoint.state, checkpoint.thread_id, checkpoint.checkpoint_id, dict(checkpoint.metadata))
 
     async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release connections and files; the checkpointer is unusable afterwards."""

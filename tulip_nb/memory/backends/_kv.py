@@ -153,8 +153,9 @@ def decode_record(raw: bytes | str, *, where: str, thread_id: str) -> tuple[Agen
     try:
         state = AgentState.model_validate_json(raw)
     except ValidationError as e:
-        raise CheckpointCorrupt(f"not a valid checkpoint record: {e.errors()[0]['msg']}", path=where,
-                                thread_id=thread_id) from e
+        raise CheckpointCorrupt(
+            f"not a valid checkpoint record: {e.errors()[0]['msg']}", path=where, thread_id=thread_id
+        ) from e
     extra = state.__pydantic_extra__
     envelope = {k: extra.pop(k) for k in _ENVELOPE_KEYS if extra is not None and k in extra}
     return state, envelope

@@ -55,9 +55,7 @@ def _import_boto3() -> Any:
     try:
         import boto3
     except ImportError as e:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "S3Backend needs boto3. Install it with: pip install 'tulip_nb[s3]'"
-        ) from e
+        raise ImportError("S3Backend needs boto3. Install it with: pip install 'tulip_nb[s3]'") from e
     return boto3
 
 
@@ -214,15 +212,16 @@ class S3IO:
         for start in range(0, len(keys), 1000):
             batch = [{"Key": k} for k in keys[start : start + 1000]]
             resp = self._call(
-                "delete objects", batch[0]["Key"], self.client.delete_objects,
+                "delete objects",
+                batch[0]["Key"],
+                self.client.delete_objects,
                 Delete={"Objects": batch, "Quiet": True},
             )
             errors = (resp or {}).get("Errors") or []
             if errors:
                 first = errors[0]
                 raise BackendUnavailable(
-                    f"S3Backend could not delete {len(errors)} object(s): {first.get('Code')}: "
-                    f"{first.get('Message')}",
+                    f"S3Backend could not delete {len(errors)} object(s): {first.get('Code')}: {first.get('Message')}",
                     path=f"s3://{self.bucket}/{first.get('Key')}",
                 )
 
@@ -281,8 +280,9 @@ class S3IO:
     def put_lifecycle_rules(self, rules: list[dict[str, Any]]) -> None:
         action = "write the lifecycle configuration"
         if rules:
-            self._call(action, None, self.client.put_bucket_lifecycle_configuration,
-                       LifecycleConfiguration={"Rules": rules})
+            self._call(
+                action, None, self.client.put_bucket_lifecycle_configuration, LifecycleConfiguration={"Rules": rules}
+            )
         else:
             self._call(action, None, self.client.delete_bucket_lifecycle)
 

@@ -31,7 +31,6 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core._time import utcnow
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound
 from tulip_nb.core.state import AgentState, state_json_bytes
 from tulip_nb.memory._envelope import info_row, matches_pattern, metadata_matches, search_hit, search_state
@@ -55,7 +54,9 @@ from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
     CheckpointInfo,
+    check_expected_parent,
     new_checkpoint_id,
+    next_created_at,
     save_metadata,
     validate_checkpoint,
     validate_checkpoint_id,
@@ -70,7 +71,6 @@ __all__ = [
     "redis_checkpointer",
 ]
 
-_TICK = timedelta(microseconds=1)
 
 
 def _dumps(value: Any) -> bytes:
@@ -154,16 +154,8 @@ class StorageBackendAdapter(BaseCheckpointer):
         async def body(txn: Txn) -> str:
             entries = parse_index(await txn.get(ikey), where=self._where(ikey))
             latest_id = entries[0].checkpoint_id if entries else None
-            if expected_parent is not None and (expected_parent or None) != latest_id:
-                raise CheckpointConflict(
-                    "thread's latest checkpoint is not the expected parent",
-                    thread_id=thread_id,
-                    expected=expected_parent,
-                    actual=latest_id,
-                )
-            now = utcnow()
-            if entries and now <= entries[0].created_at:
-                now = entries[0].created_at + _TICK
+            check_expected_parent(expected_parent, latest_id, thread_id)
+            now = next_created_at(entries[0].created_at if entries else None)
             meta = save_metadata(
                 metadata,
                 latest_id,
@@ -226,8 +218,10 @@ class StorageBackendAdapter(BaseCheckpointer):
 
     async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
         validate_thread_id(thread_id)
-        return [CheckpointInfo(e.checkpoint_id, thread_id, e.created_at, dict(e.metadata))
-                for e in (await self._index(thread_id))[:limit]]
+        return [
+            CheckpointInfo(e.checkpoint_id, thread_id, e.created_at, dict(e.metadata))
+            for e in (await self._index(thread_id))[:limit]
+        ]
 
     async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
         return [i.checkpoint_id for i in await self.list_checkpoint_infos(thread_id, limit)]
@@ -403,8 +397,7 @@ def postgresql_checkpointer(
     """A checkpointer on PostgreSQL (table ``<schema>.<table>``, created on first save)."""
     from tulip_nb.memory.backends.postgresql import PostgreSQLBackend
 
-    return StorageBackendAdapter(PostgreSQLBackend(dsn=dsn, schema_name=schema_name, table_name=table_name,
-                                                   **kwargs))
+    return StorageBackendAdapter(PostgreSQLBackend(dsn=dsn, schema_name=schema_name, table_name=table_name, **kwargs))
 
 
 def mysql_checkpointer(

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from tulip_nb.core._time import iso_offset, parse_datetime, utcnow
+from tulip_nb.core._time import iso_offset, parse_datetime
 from tulip_nb.core.errors import (
     BackendUnavailable,
     CheckpointConflict,
@@ -62,7 +62,9 @@ from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
     CheckpointInfo,
+    check_expected_parent,
     new_checkpoint_id,
+    next_created_at,
     save_metadata,
     validate_checkpoint,
     validate_checkpoint_id,
@@ -71,7 +73,6 @@ from tulip_nb.memory.checkpointer import (
 
 __all__ = ["FileCheckpointer", "safe_name"]
 
-_TICK = timedelta(microseconds=1)
 _MAX_NAME_BYTES = 200  # below NAME_MAX (255) with room for ".json" and temp suffixes
 _LOCK_NAME = ".lock"
 _INDEX_NAME = ".tulip_nb_index"  # not *.json: tulip never looks at it
@@ -358,13 +359,7 @@ class FileCheckpointer(BaseCheckpointer):
             infos = self._infos(thread_id, directory)
             latest = infos[0][1] if infos else None
             latest_id = latest.checkpoint_id if latest else None
-            if expected_parent is not None and (expected_parent or None) != latest_id:
-                raise CheckpointConflict(
-                    "thread's latest checkpoint is not the expected parent",
-                    thread_id=thread_id,
-                    expected=expected_parent,
-                    actual=latest_id,
-                )
+            check_expected_parent(expected_parent, latest_id, thread_id)
             existing = self._scan_entry(directory, path.name)
             if isinstance(existing, CheckpointInfo) and existing.thread_id != thread_id:
                 raise CheckpointConflict(
@@ -373,9 +368,7 @@ class FileCheckpointer(BaseCheckpointer):
                     checkpoint_id=cid,
                     path=str(path),
                 )
-            now = utcnow()
-            if latest is not None and now <= latest.created_at:
-                now = latest.created_at + _TICK
+            now = next_created_at(latest.created_at if latest is not None else None)
             meta = save_metadata(
                 metadata,
                 latest_id,

@@ -120,7 +120,10 @@ class HTTPCheckpointer(BaseCheckpointer):
         client = self._clients.get(loop)
         if client is None:
             client = self._httpx.AsyncClient(
-                base_url=self.base_url, headers=self.headers, auth=self.auth, timeout=self.timeout,
+                base_url=self.base_url,
+                headers=self.headers,
+                auth=self.auth,
+                timeout=self.timeout,
                 transport=self._transport,
             )
             self._clients[loop] = client
@@ -165,7 +168,8 @@ class HTTPCheckpointer(BaseCheckpointer):
             return CapabilityNotSupported(type(self).__name__, str(body.get("capability", "?")), action)
         return BackendUnavailable(
             f"HTTPCheckpointer could not {action}: HTTP {status} {message}".rstrip(),
-            path=str(resp.request.url), **ctx,
+            path=str(resp.request.url),
+            **ctx,
         )
 
     async def discover(self) -> Capabilities:
@@ -317,8 +321,9 @@ class HTTPCheckpointer(BaseCheckpointer):
         entries = await self._list(thread_id, limit)
         if all(isinstance(e, dict) and "created_at" in e for e in entries):
             return [
-                CheckpointInfo(str(e["checkpoint_id"]), thread_id, parse_datetime(e["created_at"]),
-                               dict(e.get("metadata") or {}))
+                CheckpointInfo(
+                    str(e["checkpoint_id"]), thread_id, parse_datetime(e["created_at"]), dict(e.get("metadata") or {})
+                )
                 for e in entries
             ]
         return await super().list_checkpoint_infos(thread_id, limit)
@@ -367,8 +372,9 @@ class HTTPCheckpointer(BaseCheckpointer):
         return orjson.loads(resp.content)
 
     async def _post_json(self, path: str, action: str, payload: dict[str, Any], thread_id: str | None = None) -> Any:
-        resp = await self._request("POST", path, action=action, content=orjson.dumps(payload),
-                                   headers={"content-type": "application/json"})
+        resp = await self._request(
+            "POST", path, action=action, content=orjson.dumps(payload), headers={"content-type": "application/json"}
+        )
         if resp.status_code >= 300:
             raise self._fail(resp, action, thread_id)
         return orjson.loads(resp.content)
@@ -391,8 +397,9 @@ class HTTPCheckpointer(BaseCheckpointer):
 
     async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
         await self._gate("metadata_query", "query_by_metadata")
-        data = await self._get_json("/metadata-query", "query metadata", key=key,
-                                    value=orjson.dumps(value).decode(), limit=limit)
+        data = await self._get_json(
+            "/metadata-query", "query metadata", key=key, value=orjson.dumps(value).decode(), limit=limit
+        )
         return list(data["checkpoints"])
 
     async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
@@ -402,8 +409,9 @@ class HTTPCheckpointer(BaseCheckpointer):
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         await self._gate("branching", "copy_thread")
         validate_thread_id(dest_thread_id)
-        data = await self._post_json(self._t(source_thread_id) + "/copy", "copy a thread",
-                                     {"dest_thread_id": dest_thread_id}, source_thread_id)
+        data = await self._post_json(
+            self._t(source_thread_id) + "/copy", "copy a thread", {"dest_thread_id": dest_thread_id}, source_thread_id
+        )
         return bool(data.get("copied", True))
 
     async def vacuum(self, older_than_days: float = 30) -> int:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tulip_nb.core._time import utcnow
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
@@ -29,7 +28,9 @@ from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
     CheckpointInfo,
+    check_expected_parent,
     new_checkpoint_id,
+    next_created_at,
     save_metadata,
     validate_checkpoint,
     validate_checkpoint_id,
@@ -38,7 +39,6 @@ from tulip_nb.memory.checkpointer import (
 
 __all__ = ["MemoryCheckpointer"]
 
-_TICK = timedelta(microseconds=1)
 _EXCLUDE_MESSAGES = {"messages"}
 
 
@@ -121,16 +121,8 @@ class MemoryCheckpointer(BaseCheckpointer):
         with self._lock:
             latest = self._latest(thread_id)
             latest_id = latest.checkpoint_id if latest else None
-            if expected_parent is not None and (expected_parent or None) != latest_id:
-                raise CheckpointConflict(
-                    "thread's latest checkpoint is not the expected parent",
-                    thread_id=thread_id,
-                    expected=expected_parent,
-                    actual=latest_id,
-                )
-            now = utcnow()
-            if latest is not None and now <= latest.created_at:
-                now = latest.created_at + _TICK
+            check_expected_parent(expected_parent, latest_id, thread_id)
+            now = next_created_at(latest.created_at if latest is not None else None)
             meta = save_metadata(
                 metadata,
                 latest_id,

@@ -66,9 +66,7 @@ try:
     from opensearchpy.exceptions import TransportError
     from opensearchpy.serializer import JSONSerializer
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "OpenSearchBackend needs opensearch-py (and aiohttp): pip install 'tulip_nb[opensearch]'"
-    ) from e
+    raise ImportError("OpenSearchBackend needs opensearch-py (and aiohttp): pip install 'tulip_nb[opensearch]'") from e
 
 __all__ = ["OpenSearchBackend", "document_id"]
 
@@ -219,8 +217,9 @@ class OpenSearchBackend(KVStore):
         try:
             yield
         except (TimeoutError, OSConnectionError, OSError) as e:
-            raise BackendUnavailable(f"OpenSearchBackend: cannot reach OpenSearch at {self.hosts}: {e}",
-                                     path=key) from e
+            raise BackendUnavailable(
+                f"OpenSearchBackend: cannot reach OpenSearch at {self.hosts}: {e}", path=key
+            ) from e
         except TransportError as e:
             raise BackendUnavailable(f"OpenSearchBackend: OpenSearch refused the operation: {e}", path=key) from e
 
@@ -271,8 +270,9 @@ class OpenSearchBackend(KVStore):
             if not src or src.get("thread_id") != key or "data" not in src:
                 out.append(None)
                 continue
-            out.append(_Doc(orjson.dumps(src["data"], option=orjson.OPT_NON_STR_KEYS),
-                            doc["_seq_no"], doc["_primary_term"]))
+            out.append(
+                _Doc(orjson.dumps(src["data"], option=orjson.OPT_NON_STR_KEYS), doc["_seq_no"], doc["_primary_term"])
+            )
         return out
 
     async def get(self, key: str) -> bytes | None:
@@ -287,9 +287,22 @@ class OpenSearchBackend(KVStore):
 
     # -- writes ---------------------------------------------------------------------------------
     def _source(self, key: str, value: bytes, meta: bytes, now: bytes) -> bytes:
-        return (b'{"thread_id":' + orjson.dumps(key) + b',"kv_kind":"' + _kind(key) + b'","data":' + value
-                + b',"metadata":' + meta + b',"created_at":' + now + b',"updated_at":' + now
-                + _derived_fields(key, value) + b"}")
+        return (
+            b'{"thread_id":'
+            + orjson.dumps(key)
+            + b',"kv_kind":"'
+            + _kind(key)
+            + b'","data":'
+            + value
+            + b',"metadata":'
+            + meta
+            + b',"created_at":'
+            + now
+            + b',"updated_at":'
+            + now
+            + _derived_fields(key, value)
+            + b"}"
+        )
 
     async def _bulk(self, lines: list[bytes], key: str | None) -> list[dict[str, Any]]:
         """Send NDJSON ``lines``; the per-item results, in order."""
@@ -300,8 +313,7 @@ class OpenSearchBackend(KVStore):
         # aiohttp warns (ResourceWarning) on raw bytes over 1 MiB: hand it a stream instead
         payload = io.BytesIO(body) if len(body) > _STREAM_OVER else body
         async with self._errors(key):
-            resp = await es.transport.perform_request("POST", "/_bulk", params=None,
-                                                      body=payload)
+            resp = await es.transport.perform_request("POST", "/_bulk", params=None, body=payload)
         return [next(iter(item.values())) for item in resp["items"]]
 
     def _action(self, op: str, key: str, **extra: Any) -> bytes:
@@ -311,8 +323,9 @@ class OpenSearchBackend(KVStore):
     def _check(items: list[dict[str, Any]], keys: list[str], ok: tuple[int, ...]) -> None:
         for item, key in zip(items, keys, strict=True):
             if item.get("status", 500) >= 300 and item.get("status") not in ok:
-                raise BackendUnavailable(f"OpenSearchBackend: OpenSearch refused a write: {item.get('error')}",
-                                         path=key)
+                raise BackendUnavailable(
+                    f"OpenSearchBackend: OpenSearch refused a write: {item.get('error')}", path=key
+                )
 
     async def transact(self, lock_key: str, body: Callable[[Txn], Awaitable[T]]) -> T:
         """Read the lock document, run ``body``, write around a CAS of the lock document; retry on 409."""
@@ -416,8 +429,9 @@ class OpenSearchBackend(KVStore):
         lines, keys = [], []
         for op, key, value, meta in post:
             # :latest carries the index document's seq_no as external version: newest swap wins
-            version = {"version": seq, "version_type": "external"} if seq is not None and key.endswith(
-                LATEST_SUFFIX) else {}
+            version = (
+                {"version": seq, "version_type": "external"} if seq is not None and key.endswith(LATEST_SUFFIX) else {}
+            )
             lines.append(self._action("index" if op == "put" else "delete", key, **version))
             if op == "put":
                 lines.append(source(key, value, meta))
@@ -429,8 +443,13 @@ class OpenSearchBackend(KVStore):
             await self._force_latest([post[i] for i in stale], lock_key, seq, source)
         return written
 
-    async def _force_latest(self, puts: list[tuple[str, str, bytes, bytes]], lock_key: str, seq: int,
-                            source: Callable[[str, bytes, bytes], bytes]) -> None:
+    async def _force_latest(
+        self,
+        puts: list[tuple[str, str, bytes, bytes]],
+        lock_key: str,
+        seq: int,
+        source: Callable[[str, bytes, bytes], bytes],
+    ) -> None:
         """A ``:latest`` refused our version although our swap is the newest: a writer without
         external versions (tulip, on another shard) pushed its version past our seq_no. While the
         index still carries our swap, overwrite it with internal versioning."""
@@ -473,20 +492,29 @@ class OpenSearchBackend(KVStore):
         Documents tulip wrote have no ``message_text``; for those the match runs on ``data_json``.
         """
         text_match = {"match": {"message_text": {"query": query, "operator": "and"}}}
-        tulip_match = {"bool": {"must_not": [{"exists": {"field": "message_text"}}],
-                                "must": [{"match": {"data_json": {"query": query, "operator": "and"}}}]}}
+        tulip_match = {
+            "bool": {
+                "must_not": [{"exists": {"field": "message_text"}}],
+                "must": [{"match": {"data_json": {"query": query, "operator": "and"}}}],
+            }
+        }
         body = {
             "size": limit,
             "_source": ["thread_id"],
-            "query": {"bool": {
-                "filter": [{"wildcard": {"thread_id": {"value": "*" + LATEST_SUFFIX}}}],
-                "should": [text_match, tulip_match],
-                "minimum_should_match": 1,
-            }},
+            "query": {
+                "bool": {
+                    "filter": [{"wildcard": {"thread_id": {"value": "*" + LATEST_SUFFIX}}}],
+                    "should": [text_match, tulip_match],
+                    "minimum_should_match": 1,
+                }
+            },
         }
         hits = (await self._search(body))["hits"]["hits"]
-        return [(h["_source"]["thread_id"], float(h["_score"] or 0.0)) for h in hits
-                if h["_source"]["thread_id"].endswith(LATEST_SUFFIX)]
+        return [
+            (h["_source"]["thread_id"], float(h["_score"] or 0.0))
+            for h in hits
+            if h["_source"]["thread_id"].endswith(LATEST_SUFFIX)
+        ]
 
     async def metadata_candidates(self, key: str, value: Any, limit: int) -> list[str]:
         """Record keys with ``key == value`` in save or state metadata: a term query on ``meta_terms``.
@@ -501,8 +529,13 @@ class OpenSearchBackend(KVStore):
             "size": limit,
             "_source": ["thread_id"],
             "sort": [{"created_at": "desc"}],
-            "query": {"bool": {"should": should, "minimum_should_match": 1,
-                               "must_not": [{"terms": {"kv_kind": ["latest", "index"]}}]}},
+            "query": {
+                "bool": {
+                    "should": should,
+                    "minimum_should_match": 1,
+                    "must_not": [{"terms": {"kv_kind": ["latest", "index"]}}],
+                }
+            },
         }
         hits = (await self._search(body))["hits"]["hits"]
         keys = [h["_source"]["thread_id"] for h in hits]
@@ -512,6 +545,9 @@ class OpenSearchBackend(KVStore):
         # searches lag deletes until the next refresh; a real-time existence check does not
         es = await self._es()
         async with self._errors():
-            resp = await es.mget(index=self.index_name, body={"docs": [{"_id": document_id(k)} for k in keys]},
-                                 params={"_source_includes": "thread_id"})
+            resp = await es.mget(
+                index=self.index_name,
+                body={"docs": [{"_id": document_id(k)} for k in keys]},
+                params={"_source_includes": "thread_id"},
+            )
         return [k for k, d in zip(keys, resp["docs"], strict=True) if d.get("found")]

@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from tulip_nb.core._time import iso_offset, parse_datetime, utcnow
+from tulip_nb.core._time import iso_offset, parse_datetime
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, InvalidThreadId
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory._envelope import info_row, matches_pattern, metadata_matches, search_hit, search_state
@@ -62,7 +62,9 @@ from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
     CheckpointInfo,
+    check_expected_parent,
     new_checkpoint_id,
+    next_created_at,
     save_metadata,
     validate_checkpoint,
     validate_checkpoint_id,
@@ -72,7 +74,6 @@ from tulip_nb.memory.checkpointer import (
 __all__ = ["S3Backend", "s3_checkpointer"]
 
 T = TypeVar("T")
-_TICK = timedelta(microseconds=1)
 _MAX_KEY_BYTES = 1024  # S3's limit on a key
 _HEAD_RANGE = "bytes=0-16383"  # enough for checkpoint_id, thread_id and created_at
 _CREATED_AT_META = "tulip-nb-created-at"  # user metadata on _latest; tulip ignores it
@@ -232,8 +233,12 @@ class S3Backend(BaseCheckpointer):
             kwargs = {"if_match": prev.etag} if prev else {"if_none_match": True}
         try:
             etag = await self._run(
-                self._io.put, self._dir(thread_id) + LATEST, cid.encode(), "text/plain",
-                metadata={_CREATED_AT_META: iso_offset(created)}, **kwargs,
+                self._io.put,
+                self._dir(thread_id) + LATEST,
+                cid.encode(),
+                "text/plain",
+                metadata={_CREATED_AT_META: iso_offset(created)},
+                **kwargs,
             )
         except PreconditionFailed:
             self._heads.pop(thread_id, None)
@@ -327,14 +332,8 @@ class S3Backend(BaseCheckpointer):
             head = await self._read_head(thread_id) if fresh else self._heads[thread_id]
             for _ in range(_SAVE_ATTEMPTS):
                 latest_id = head.checkpoint_id if head else None
-                if expected_parent is not None and (expected_parent or None) != latest_id:
-                    raise CheckpointConflict(
-                        "thread's latest checkpoint is not the expected parent",
-                        thread_id=thread_id, expected=expected_parent, actual=latest_id,
-                    )
-                now = utcnow()
-                if head is not None and head.created_at is not None and now <= head.created_at:
-                    now = head.created_at + _TICK
+                check_expected_parent(expected_parent, latest_id, thread_id)
+                now = next_created_at(head.created_at if head is not None else None)
                 parent_info = await self._info_of(thread_id, latest_id) if latest_id else None
                 meta = save_metadata(
                     metadata,
@@ -344,8 +343,7 @@ class S3Backend(BaseCheckpointer):
                     thread_id=thread_id,
                 )
                 await asyncio.gather(
-                    self._run(self._io.put, ckpt_key, ckpt_body(cid, thread_id, now, state_bytes),
-                              "application/json"),
+                    self._run(self._io.put, ckpt_key, ckpt_body(cid, thread_id, now, state_bytes), "application/json"),
                     self._run(self._io.put, meta_key, meta_body(cid, thread_id, now, meta), "application/json"),
                 )
                 try:
@@ -356,7 +354,8 @@ class S3Backend(BaseCheckpointer):
                         actual = await self._read_head(thread_id)
                         raise CheckpointConflict(
                             "another writer saved to the thread first",
-                            thread_id=thread_id, expected=expected_parent,
+                            thread_id=thread_id,
+                            expected=expected_parent,
                             actual=actual.checkpoint_id if actual else None,
                         ) from None
                     head = await self._read_head(thread_id)
@@ -393,8 +392,9 @@ class S3Backend(BaseCheckpointer):
                 except PreconditionFailed:
                     continue
                 return
-        raise CheckpointConflict(f"gave up re-pointing _latest after {_SAVE_ATTEMPTS} racing writers",
-                                 thread_id=thread_id, checkpoint_id=cid)
+        raise CheckpointConflict(
+            f"gave up re-pointing _latest after {_SAVE_ATTEMPTS} racing writers", thread_id=thread_id, checkpoint_id=cid
+        )
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         explicit = checkpoint_id is not None
@@ -575,8 +575,12 @@ class S3Backend(BaseCheckpointer):
                 body = copy_body(stored.body, dest_thread_id, where=where)
                 await asyncio.gather(
                     self._run(self._io.put, self._key(dest_thread_id, cid), body, "application/json"),
-                    self._run(self._io.put, self._key(dest_thread_id, cid, ".meta.json"),
-                              meta_body(cid, dest_thread_id, info.created_at, meta), "application/json"),
+                    self._run(
+                        self._io.put,
+                        self._key(dest_thread_id, cid, ".meta.json"),
+                        meta_body(cid, dest_thread_id, info.created_at, meta),
+                        "application/json",
+                    ),
                 )
 
             await asyncio.gather(*(one(i) for i in source))
@@ -641,4 +645,3 @@ def lifecycle_id(backend: S3Backend) -> str:
 def s3_checkpointer(bucket: str, prefix: str = "tulip/checkpoints/", **kwargs: Any) -> S3Backend:
     """An :class:`S3Backend`, returned unchanged: it is already a native checkpointer."""
     return S3Backend(bucket, prefix, **kwargs)
-

@@ -36,7 +36,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import orjson
 
 from tulip_nb.core._time import parse_datetime, utcnow
-from tulip_nb.core.errors import BackendUnavailable, CheckpointConflict, CheckpointNotFound, UserError
+from tulip_nb.core.errors import BackendUnavailable, CheckpointNotFound, UserError
 from tulip_nb.core.state import AgentState, state_json_bytes
 from tulip_nb.memory._envelope import info_row, matches_pattern, state_from_obj
 from tulip_nb.memory.checkpointer import (
@@ -44,6 +44,7 @@ from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
     CheckpointInfo,
+    check_expected_parent,
     new_checkpoint_id,
     save_metadata,
     validate_checkpoint,
@@ -228,13 +229,7 @@ class TulipPgCheckpointer(BaseCheckpointer):
                 thread_id,
             )
             latest_id = row["checkpoint_id"] if row else None
-            if expected_parent is not None and (expected_parent or None) != latest_id:
-                raise CheckpointConflict(
-                    "thread's latest checkpoint is not the expected parent",
-                    thread_id=thread_id,
-                    expected=expected_parent,
-                    actual=latest_id,
-                )
+            check_expected_parent(expected_parent, latest_id, thread_id)
             now = utcnow()
             if row is not None and now <= row["created_at"]:
                 from datetime import timedelta
