@@ -37,7 +37,11 @@ test: $(VENV)/.dev-installed lint
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here"; exit 1; fi; \
 	exit $$rc
 
-bench: $(VENV)/.dev-installed
+$(VENV)/.bench-installed: pyproject.toml | $(PY)
+	$(PIP) install -e '.[all,dev,bench]'
+	@touch $@
+
+bench: $(VENV)/.bench-installed
 	$(PY) -m bench
 
 clean:

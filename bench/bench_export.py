@@ -166,16 +166,24 @@ async def _source(tmp: Path, threads: int, checkpoints: int) -> FileCheckpointer
 
 
 async def run(repeats: int, threads: int, checkpoints: int) -> None:
+    print("\n".join(await measure(repeats, threads, checkpoints)))
+
+
+async def measure(repeats: int, threads: int, checkpoints: int) -> list[str]:
+    """The export table (Markdown lines)."""
+    out: list[str] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         src = await _source(tmp, threads, checkpoints)
         n = threads * checkpoints
-        print(f"{threads} threads x {checkpoints} checkpoints (File source), medians of {repeats}\n")
-        print("| destination | copy: checkpoints/s | copy: MB/s | copy + verify: checkpoints/s | copy + verify: MB/s |")
-        print("|---|---|---|---|---|")
+        out.append(f"{threads} threads x {checkpoints} checkpoints (File source), medians of {repeats}\n")
+        out.append(
+            "| destination | copy: checkpoints/s | copy: MB/s | copy + verify: checkpoints/s | copy + verify: MB/s |"
+        )
+        out.append("|---|---|---|---|---|")
         for name, (factory, port) in DESTS.items():
             if port is not None and not _up(port):
-                print(f"| {name} | (server not reachable on :{port}) | | | |")
+                out.append(f"| {name} | (server not reachable on :{port}) | | | |")
                 continue
             times: dict[bool, list[float]] = {False: [], True: []}
             size = 0
@@ -191,10 +199,12 @@ async def run(repeats: int, threads: int, checkpoints: int) -> None:
             for verify in (False, True):
                 med = statistics.median(times[verify])
                 cells += [f"{n / med:,.0f}", f"{size / med / 1e6:,.1f}"]
-            print(f"| {name} | " + " | ".join(cells) + " |")
-        print(f"\n{size / 1e6:.1f} MB exported per run ({size / n / 1e3:.0f} kB per checkpoint on average)")
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        out.append(f"\n{size / 1e6:.1f} MB exported per run ({size / n / 1e3:.0f} kB per checkpoint on average)")
     if "server" in _MOTO:
-        _MOTO["server"].stop()
+        _MOTO.pop("server").stop()
+        _MOTO.clear()
+    return out
 
 
 def main() -> None:

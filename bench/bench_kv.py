@@ -139,7 +139,8 @@ async def cleanup(kind: str, name: str) -> None:
         await drop_mysql_table(name + "_t")
 
 
-async def bench(kind: str, n: int, repeats: int) -> list[str]:
+async def measure(kind: str, n: int, repeats: int) -> dict[str, float]:
+    """Medians (ms) of ``save ours``, ``save tulip``, ``floor``, ``load ours``, ``load tulip`` and the ``KiB``."""
     name = f"tnbbench_{uuid.uuid4().hex[:10]}"  # lower case: also a valid OpenSearch index name
     state = build_state(n)
     theirs_state = to_tulip_state(state)
@@ -159,9 +160,14 @@ async def bench(kind: str, n: int, repeats: int) -> list[str]:
             theirs._backend._client = None
         await theirs.close()
         await cleanup(kind, name)
-    size = len(state_json_bytes(state)) / 1024
-    return [f"| {kind} | {n} | {size:,.0f} | {o_save:.2f} | {t_save:.2f} | {floor:.2f} | {o_save / floor:.1f}x "
-            f"| {o_load:.2f} | {t_load:.2f} |"]
+    return {"save ours": o_save, "save tulip": t_save, "floor": floor, "load ours": o_load, "load tulip": t_load,
+            "KiB": len(state_json_bytes(state)) / 1024}
+
+
+async def bench(kind: str, n: int, repeats: int) -> list[str]:
+    r = await measure(kind, n, repeats)
+    return [f"| {kind} | {n} | {r['KiB']:,.0f} | {r['save ours']:.2f} | {r['save tulip']:.2f} | {r['floor']:.2f} "
+            f"| {r['save ours'] / r['floor']:.1f}x | {r['load ours']:.2f} | {r['load tulip']:.2f} |"]
 
 
 async def main() -> None:

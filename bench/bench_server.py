@@ -76,7 +76,8 @@ def _serve(checkpointer: str, workers: int) -> Iterator[str]:
             proc.wait()
 
 
-async def _load(url: str, seconds: float, concurrency: int) -> dict[str, Any]:
+async def _load(url: str, seconds: float, concurrency: int, *, health: bool = False) -> dict[str, Any]:
+    """Drive the server for ``seconds``; ``health``: GET /health instead (the HTTP floor)."""
     latencies: list[float] = []
     cp_ms = run_ms = 0.0
     errors = 0
@@ -90,7 +91,10 @@ async def _load(url: str, seconds: float, concurrency: int) -> dict[str, Any]:
             while time.perf_counter() < until:
                 thread = f"{tag}-c{i}-t{n % 10}"
                 t0 = time.perf_counter()
-                r = await http.post("/invoke", json={"prompt": f"turn {n} of {thread}", "thread_id": thread})
+                if health:
+                    r = await http.get("/health")
+                else:
+                    r = await http.post("/invoke", json={"prompt": f"turn {n} of {thread}", "thread_id": thread})
                 dt = time.perf_counter() - t0
                 n += 1
                 if not record:
@@ -156,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--skip-postgres", action="store_true")
     args = parser.parse_args(argv)
+    print("\n".join(measure(args.seconds, args.concurrency, args.skip_postgres)))
+    return 0
+
+
+def measure(seconds: float, concurrency: int, skip_postgres: bool = False) -> list[str]:
+    """The throughput table (Markdown lines): each checkpointer x 1 and 2 workers."""
     tmp = Path(tempfile.mkdtemp(prefix="tulip_nb_bench_server_"))
     tables: list[str] = []
     rows: list[tuple[str, int, dict[str, Any]]] = []
@@ -165,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             return f"file:{tmp / uuid.uuid4().hex[:8]}"
 
         backends: list[tuple[str, Callable[[], str]]] = [("file", file_url)]
-        if not args.skip_postgres:
+        if not skip_postgres:
 
             def pg() -> str:
                 table = f"tnb_bench_srv_{uuid.uuid4().hex[:10]}"
@@ -178,22 +188,35 @@ def main(argv: list[str] | None = None) -> int:
         for name, make_url in backends:
             for workers in (1, 2):
                 with _serve(make_url(), workers) as url:
-                    result = asyncio.run(_load(url, args.seconds, args.concurrency))
+                    result = asyncio.run(_load(url, seconds, concurrency))
+                    if name == "file":  # the floor: the same server answering GET /health
+                        floor = asyncio.run(_load(url, seconds, concurrency, health=True))
+                        rows.append((f"floor: GET /health (no agent, no checkpointer), x{workers}", workers, floor))
                 rows.append((name, workers, result))
                 print(f"{name} x{workers}: {result}", file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         for table in tables:
             _drop_table(table)
-    print(f"\nPOST /invoke, {args.concurrency} concurrent clients, {args.seconds:g} s per row, ScriptedModel\n")
-    print("| checkpointer | workers | requests | req/s | p50 ms | p99 ms | checkpointer ms/req | share of run |")
-    print("|---|---|---|---|---|---|---|---|")
+    out = [f"POST /invoke, {concurrency} concurrent clients, {seconds:g} s per row, ScriptedModel", ""]
+    out.append(
+        "| checkpointer | workers | requests | req/s | ÷ floor req/s | p50 ms | p99 ms | checkpointer ms/req "
+        "| share of run |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    floors = {w: r["rps"] for name, w, r in rows if name.startswith("floor")}
     for name, workers, r in rows:
-        print(
-            f"| {name} | {workers} | {r['requests']} | {r['rps']:.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} "
-            f"| {r['cp_ms']:.2f} | {r['cp_share']:.0%} |" + (f" ({r['errors']} errors)" if r["errors"] else "")
+        fl = floors.get(workers)
+        share = "" if name.startswith("floor") else f"{r['cp_share']:.0%}"
+        cp = "" if name.startswith("floor") else f"{r['cp_ms']:.2f}"
+        out.append(
+            f"| {name} | {workers} | {r['requests']} | {r['rps']:.0f} | {r['rps'] / fl:.2f} | {r['p50_ms']:.1f} "
+            f"| {r['p99_ms']:.1f} | {cp} | {share} |" + (f" ({r['errors']} errors)" if r["errors"] else "")
+            if fl
+            else f"| {name} | {workers} | {r['requests']} | {r['rps']:.0f} | | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} "
+            f"| {cp} | {share} |"
         )
-    return 0
+    return out
 
 
 if __name__ == "__main__":

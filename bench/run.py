@@ -1,8 +1,9 @@
 """Checkpointer benchmark: tulip_nb beside tulip-agents and beside the raw-I/O floor.
 
     python -m bench                      # every section
-    python -m bench --quick              # fewer repetitions (a smoke run, ~1 min)
-    python -m bench --section checkpoint # or: conversation
+    python -m bench --quick              # fewer repetitions (a smoke run)
+    python -m bench --section checkpoint --section lab   # some sections (repeatable)
+    python -m bench --out bench/latest.md                # also write the tables to a file
 
 Sections
 --------
@@ -17,7 +18,9 @@ Sections
                 bytes on disk, then "load latest" with all those checkpoints in the thread.
 
 Everything is written under a fresh ``tempfile.mkdtemp()`` directory that is removed at the end.
-LangGraph is measured only when it is installed (see :func:`_langgraph_peer`).
+LangGraph (InMemorySaver, SqliteSaver) is measured when it is installed (the ``bench`` extra).
+The other sections (tokens, compactor, kv, remote, lab, export, server, memory) are in
+:mod:`bench.sections`, over the standalone scripts ``bench/bench_*.py``.
 """
 
 from __future__ import annotations
@@ -25,10 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import importlib.metadata
-import importlib.util
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -41,6 +41,8 @@ from typing import Any
 
 import orjson
 
+from bench import bench_langgraph as lg
+from bench import sections
 from bench.workload import (
     SIZES,
     build_conversation,
@@ -235,7 +237,14 @@ async def _checkpoint_size(
     if many:
         cases["nb file load latest, 936 ckpts"] = lambda: nb_load("nb_many")
         cases["tulip file load latest, 936 ckpts"] = lambda: tulip_load("tulip_many")
-    res = await measure(cases, reps)
+    close_lg: Callable[[], None] = lambda: None  # noqa: E731
+    if lg.available():
+        lg_cases, close_lg = lg.checkpoint_cases(root, warm.messages, envelope_bytes)
+        cases.update(lg_cases)
+    try:
+        res = await measure(cases, reps)
+    finally:
+        close_lg()
     for name in cases:
         rows.setdefault(name, {})[n] = res.median_ms(name)
     shutil.rmtree(root)
@@ -282,9 +291,12 @@ _SAVE_ROWS = [
     ("tulip_nb Memory save", "nb memory save", "floor dumps", "tulip memory save"),
     ("tulip-agents File save (pretty JSON, no fsync)", "tulip file save", "floor dumps+write+rename", None),
     ("tulip-agents Memory save", "tulip memory save", "floor dumps", None),
+    ("LangGraph InMemorySaver put (messages as dicts)", "lg memory save", "floor dumps", None),
+    ("LangGraph SqliteSaver put (WAL, messages as dicts)", "lg sqlite save", "floor sqlite insert", None),
     ("floor: orjson dumps", "floor dumps", None, None),
     ("floor: dumps + write + rename", "floor dumps+write+rename", None, None),
     ("floor: dumps + write + fsync + rename", "floor dumps+write+fsync+rename", None, None),
+    ("floor: one SQLite WAL insert + commit (the same bytes)", "floor sqlite insert", None, None),
 ]
 _LOAD_ROWS = [
     (
@@ -303,6 +315,8 @@ _LOAD_ROWS = [
     ("tulip-agents File load latest (1 checkpoint)", "tulip file load latest", "floor read+loads", None),
     ("tulip-agents File load latest, 936 checkpoints", "tulip file load latest, 936 ckpts", "floor read+loads", None),
     ("tulip-agents Memory load", "tulip memory load", "floor loads", None),
+    ("LangGraph InMemorySaver get_tuple (dicts)", "lg memory load", "floor loads", None),
+    ("LangGraph SqliteSaver get_tuple (dicts)", "lg sqlite load", "floor read+loads", None),
     ("floor: read + orjson loads", "floor read+loads", None, None),
     ("floor: orjson loads (bytes in memory)", "floor loads", None, None),
 ]
@@ -317,13 +331,16 @@ def _fmt_ms(v: float | None) -> str:
 def _checkpoint_table(rows: dict[str, dict[int, float | None]], sizes_bytes: dict[str, dict[int, int]]) -> list[str]:
     big = SIZES[-1]
     head = " | ".join(f"{n} msgs (ms)" for n in SIZES)
+    extra = 5
     lines = [
-        f"| measure (median) | {head} | × floor @{big} | tulip ÷ this @{big} |",  # noqa: RUF001
-        "|---|" + "---:|" * (len(SIZES) + 2),
+        f"| measure (median) | {head} | × floor @{big} | tulip-agents ÷ this @{big} | "  # noqa: RUF001
+        f"InMemorySaver ÷ this | SqliteSaver ÷ this |",
+        "|---|" + "---:|" * (len(SIZES) + extra - 1),
     ]
 
     def emit(spec: list[tuple[str, str, str | None, str | None]], title: str) -> None:
-        lines.append(f"| *{title}* |" + " |" * (len(SIZES) + 2))
+        lines.append(f"| *{title}* |" + " |" * (len(SIZES) + extra - 1))
+        peers = [rows.get(f"lg {kind} {title}", {}).get(big) for kind in ("memory", "sqlite")]
         for label, case, floor_case, tulip_case in spec:
             vals = rows.get(case, {})
             if not vals:
@@ -333,13 +350,19 @@ def _checkpoint_table(rows: dict[str, dict[int, float | None]], sizes_bytes: dic
             tu = rows.get(tulip_case, {}).get(big) if tulip_case else None
             ratio_f = f"{v / fl:.2f}× ({floor_case.removeprefix('floor ')})" if v and fl else ""  # noqa: RUF001
             ratio_t = f"{tu / v:.1f}×" if v and tu else ""  # noqa: RUF001
+            ratio_lg = " | ".join(
+                f"{p / v:.1f}×" if v and p and not case.startswith(("lg ", "floor")) else ""  # noqa: RUF001
+                for p in peers
+            )
             cells = " | ".join(_fmt_ms(vals.get(n)) for n in SIZES)
-            lines.append(f"| {label} | {cells} | {ratio_f} | {ratio_t} |")
+            lines.append(f"| {label} | {cells} | {ratio_f} | {ratio_t} | {ratio_lg} |")
 
     emit(_SAVE_ROWS, "save")
     emit(_LOAD_ROWS, "load")
     sizes = " | ".join(f"{sizes_bytes['tulip_nb file'][n]:,} / {sizes_bytes['tulip file'][n]:,}" for n in SIZES)
-    lines.append(f"| checkpoint file bytes, tulip_nb / tulip-agents | {sizes} | | |")
+    lines.append(f"| checkpoint file bytes, tulip_nb / tulip-agents | {sizes} | | | | |")
+    if not lg.available():
+        lines += ["", "LangGraph is not installed (`pip install 'tulip_nb[bench]'`): its columns are empty."]
     return lines
 
 
@@ -487,9 +510,16 @@ async def section_conversation(tmp: Path, quick: bool, out: list[str]) -> dict[s
         runs.append(await _nb_conversation(d, n, fsync, label, load_reps))
         shutil.rmtree(d, ignore_errors=True)
     print("  conversation: tulip_nb done", file=sys.stderr)
+    if lg.available():
+        msgs = build_conversation(n)
+        got = lg.conversation(tmp / "conv_lg", msgs, iteration_ends(msgs), load_reps)
+        shutil.rmtree(tmp / "conv_lg", ignore_errors=True)
+        runs.append(
+            Run("LangGraph SqliteSaver (WAL; messages as dicts)", got["times"], got["disk"], 1, got["load_ms"], n)
+        )
+        print("  conversation: LangGraph done", file=sys.stderr)
     runs.extend(_floor_conversation(tmp / "conv_floor", n))
     shutil.rmtree(tmp / "conv_floor", ignore_errors=True)
-    lg = _langgraph_peer()
     out.append(
         "| conversation, one save per iteration | messages | saves | total (s) | first 50 (ms/save) | "
         "last 50 (ms/save) | disk | load latest after (ms) |"
@@ -499,89 +529,91 @@ async def section_conversation(tmp: Path, quick: bool, out: list[str]) -> dict[s
     if note:
         out.append("")
         out.append(note)
-    if lg is None:
+    if not lg.available():
         out.append("")
-        out.append("LangGraph is not installed: skipped (hook: `bench.run._langgraph_peer`).")
+        out.append("LangGraph is not installed (`pip install 'tulip_nb[bench]'`): skipped.")
+    else:
+        out.append("")
+        out.append("LangGraph's InMemorySaver is left out here: it would keep every checkpoint (~0.8 GB) in RAM.")
     return {"runs": [r.__dict__ | {"times": None, "total_s": sum(r.times)} for r in runs], "note": note}
 
 
-def _langgraph_peer() -> Any:
-    """Hook for a LangGraph peer (SqliteSaver / InMemorySaver); None while it is not installed.
-
-    To add it: when this finds ``langgraph``, map the conversation to LangGraph checkpoints and
-    time ``put`` / ``get_tuple`` beside the tulip rows. It is never installed by the benchmark.
-    """
-    if importlib.util.find_spec("langgraph") is None:
-        return None
-    return None  # installed, but not wired up yet
-
-
 # -- entry point ----------------------------------------------------------------------------------
-def _environment(tmp: Path) -> str:
-    def ver(dist: str) -> str:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return "absent"
+def _checkpoint_section(ctx: sections.Ctx) -> list[str]:
+    def reps_for(n: int) -> int:
+        return ctx.n(25 if n >= 2000 else 60, 5)
 
-    fs = "?"
-    try:
-        best = ""
-        with open("/proc/mounts") as f:
-            for line in f:
-                parts = line.split()
-                if str(tmp).startswith(parts[1]) and len(parts[1]) >= len(best):
-                    best, fs = parts[1], parts[2]
-    except OSError:
-        pass
-    return (
-        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, tulip-agents {ver('tulip-agents')}, "
-        f"pydantic {ver('pydantic')}, pydantic-core {ver('pydantic_core')}, orjson {ver('orjson')}; "
-        f"temp dir on {fs}"
-    )
+    out: list[str] = []
+    asyncio.run(section_checkpoint(ctx.tmp, reps_for, out))
+    return [f"Medians of {reps_for(20)}/{reps_for(200)}/{reps_for(2000)} interleaved repetitions.", "", *out]
+
+
+def _conversation_section(ctx: sections.Ctx) -> list[str]:
+    out: list[str] = []
+    asyncio.run(section_conversation(ctx.tmp, ctx.quick, out))
+    return out
+
+
+SECTIONS: dict[str, tuple[str, Callable[[sections.Ctx], list[str]]]] = {
+    "checkpoint": ("checkpoint save / load at 20, 200, 2000 messages", _checkpoint_section),
+    "conversation": ("2000 messages, a save after every iteration", _conversation_section),
+    "tokens": ("token accounting per model call", sections.section_tokens),
+    "compactor": ("LLMCompactor per call at 2000 messages", sections.section_compactor),
+    "kv": ("Redis, PostgreSQL, MySQL, OpenSearch (emulator)", sections.section_kv),
+    "remote": ("S3 (moto) and HTTP", sections.section_remote),
+    "lab": ("open_thread, diff_threads, simulate_compaction", sections.section_lab),
+    "export": ("export_threads throughput", sections.section_export),
+    "server": ("AgentServer throughput", sections.section_server),
+    "memory": ("peak memory loading a 2000-message thread", sections.section_memory),
+}
+"""Every section: name -> (title, function returning Markdown lines)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
-    parser.add_argument("--section", choices=("all", "checkpoint", "conversation"), default="all")
+    parser.add_argument(
+        "--section", action="append", choices=[*SECTIONS, "all"], help="run only this section (repeatable)"
+    )
     parser.add_argument("--reps", type=int, default=None, help="repetitions per case (overrides the default)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the tables to this Markdown file")
     args = parser.parse_args(argv)
-
-    def reps_for(n: int) -> int:
-        if args.reps:
-            return args.reps
-        if args.quick:
-            return 5
-        return 25 if n >= 2000 else 60
+    chosen = list(SECTIONS) if not args.section or "all" in args.section else list(dict.fromkeys(args.section))
 
     tmp = Path(tempfile.mkdtemp(prefix="tulip_nb_bench_"))
-    out: list[str] = []
+    doc: list[str] = []
+
+    def emit(lines: list[str]) -> None:
+        print("\n".join(lines), flush=True)
+        doc.extend(lines)
+
     try:
-        print(_environment(tmp))
         stats = conversation_stats(build_conversation(SIZES[-1]))
-        print(
-            f"Workload (bench/workload.py, seed 0) at {stats['messages']} messages: {stats['user_turns']} user "
-            f"turns, {stats['model_calls']} model calls, {stats['tool_results']} tool results, "
-            f"{stats['chars']:,} characters, {stats['json_bytes']:,} bytes of message JSON."
+        load = os.getloadavg()
+        emit(
+            [
+                sections.environment(tmp),
+                f"Load average at the start: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min).",
+                "",
+                f"Workload (bench/workload.py, seed 0) at {stats['messages']} messages: {stats['user_turns']} user "
+                f"turns, {stats['model_calls']} model calls, {stats['tool_results']} tool results, "
+                f"{stats['chars']:,} characters, {stats['json_bytes']:,} bytes of message JSON.",
+                "",
+            ]
         )
-        print()
-        if args.section in ("all", "checkpoint"):
-            out = []
-            asyncio.run(section_checkpoint(tmp, reps_for, out))
-            print(
-                f"### checkpoint (medians of {reps_for(20)}/{reps_for(200)}/{reps_for(2000)} interleaved repetitions)\n"
-            )
-            print("\n".join(out))
-            print()
-        if args.section in ("all", "conversation"):
-            out = []
-            asyncio.run(section_conversation(tmp, args.quick, out))
-            print("### conversation (2000 messages, a save after every iteration)\n")
-            print("\n".join(out))
-            print()
+        ctx = sections.Ctx(tmp, args.quick, args.reps)
+        for name in chosen:
+            title, fn = SECTIONS[name]
+            t0 = time.perf_counter()
+            print(f"[{name}] running ...", file=sys.stderr, flush=True)
+            lines = fn(ctx)
+            took = time.perf_counter() - t0
+            la = os.getloadavg()[0]
+            emit([f"### {name}: {title}", "", *lines, "", f"*({name}: {took:.0f} s, load average {la:.2f})*", ""])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if args.out is not None:
+            args.out.write_text("\n".join(doc) + "\n")
     return 0
 
 

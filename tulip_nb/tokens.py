@@ -341,6 +341,30 @@ class TokenCounter:
                 append(self._count_slow(m))
         return out
 
+    def remember(self, messages: Sequence[Message], counts: Sequence[int]) -> None:
+        """Cache counts known from elsewhere (e.g. saved with the thread by the agent that made
+        them), so these messages are not encoded again. The caller vouches that each count is this
+        counter's count of that message."""
+        by_id, by_bytes = self._by_id, self._by_bytes
+
+        def forgetter(ident: int) -> Callable[[weakref.ref[Message]], None]:
+            def _forget(ref: weakref.ref[Message]) -> None:
+                entry = by_id.get(ident)
+                if entry is not None and entry[0] is ref:
+                    by_id.pop(ident, None)
+
+            return _forget
+
+        with self._lock:
+            for msg, n in zip(messages, counts, strict=False):
+                ident = id(msg)
+                entry = by_id.get(ident)
+                if entry is not None and entry[0]() is msg:
+                    continue
+                if len(by_bytes) < self._max_cached:
+                    by_bytes.setdefault(msg.json_bytes(), int(n))
+                by_id[ident] = (weakref.ref(msg, forgetter(ident)), int(n))
+
     def count_messages(self, messages: Iterable[Message]) -> int:
         """Tokens of the messages of one request, reply priming included."""
         return sum(self.message_counts(messages)) + REPLY_PRIMING
@@ -356,9 +380,7 @@ class TokenCounter:
             self._tools[key] = hit
         return hit
 
-    def count_request(
-        self, messages: Iterable[Message], tools: Sequence[Mapping[str, Any]] | None = None
-    ) -> int:
+    def count_request(self, messages: Iterable[Message], tools: Sequence[Mapping[str, Any]] | None = None) -> int:
         """Prompt tokens of one request: messages, reply priming and tool schemas."""
         return self.count_messages(messages) + self.count_tools(tools)
 

@@ -15,7 +15,9 @@ never from a re-computation::
     threads(checkpointer)        # one row per thread
 
 Everything is sync (works in a notebook cell); ``await aopen_thread(...)`` is the async twin.
-Token counts are exact (:mod:`tulip_nb.tokens`) and cached per message.
+Token counts are exact (:mod:`tulip_nb.tokens`) and cached per message. A thread written by an
+agent carries its manager's per-message counts (checked against the messages' bytes), so opening
+it does not encode the whole history again.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tulip_nb.lab._common import call_text, esc, run, short
 from tulip_nb.lab.lineage import lineage_rows
 from tulip_nb.memory._events import compaction_events, model_view, model_views
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
+from tulip_nb.memory.managers import saved_token_counts
 from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter
 
 if TYPE_CHECKING:
@@ -71,6 +74,7 @@ class Thread:
         self.counter = counter or get_counter()
         self._loaded: dict[str, Checkpoint] = {latest.checkpoint_id: latest}
         self._messages: pd.DataFrame | None = None
+        self._primed = False
 
     def __repr__(self) -> str:
         return f"Thread({self.thread_id!r}, checkpoints={len(self.infos)}, messages={len(self.latest.state.messages)})"
@@ -138,6 +142,16 @@ class Thread:
         return best
 
     # -- frames ---------------------------------------------------------------------------------
+    def _counts(self) -> list[int]:
+        """Token counts of the latest messages; the agent's saved counts are reused when they hold."""
+        msgs = self.final_messages
+        if not self._primed:
+            self._primed = True
+            known = saved_token_counts(self.latest.state, self.counter)
+            if known:
+                self.counter.remember(msgs[: len(known)], known)
+        return self.counter.message_counts(msgs)
+
     def _first_seen(self) -> list[str | None]:
         """For each latest message, the oldest checkpoint it already appears in."""
         msgs = self.final_messages
@@ -164,7 +178,7 @@ class Thread:
                     "tool_calls": [call_text(m) if m.tool_calls else "" for m in msgs],
                     "tool_name": [m.name or "" for m in msgs],
                     "tool_call_id": [m.tool_call_id or "" for m in msgs],
-                    "tokens": self.counter.message_counts(msgs),
+                    "tokens": self._counts(),
                     "checkpoint": self._first_seen(),
                 }
             )
@@ -257,7 +271,7 @@ class Thread:
     # -- display --------------------------------------------------------------------------------
     def _repr_html_(self, last: int = 12) -> str:
         msgs = self.final_messages
-        counts = self.counter.message_counts(msgs)
+        counts = self._counts()
         head = (
             f"<b>Thread</b> <code>{esc(self.thread_id)}</code> — {len(self.infos)} checkpoints, "
             f"{len(msgs)} messages, {sum(counts):,} tokens, {self.n_calls} model calls, "

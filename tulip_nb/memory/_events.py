@@ -11,8 +11,10 @@ Whenever a manager changes the model's view it appends one event (a JSON object)
      "dropped": [], "stub": 1}
 
 Index ranges are half-open ``[start, end)`` into the thread's ``messages``. A plan covers the
-first ``n`` messages; messages appended later are shown verbatim until the next event (managers
-that re-cut on every call, like the sliding window, record an event on every call).
+first ``n`` messages; messages appended later are shown verbatim until the next event. A manager
+records an event only when the view changes otherwise: the sliding window, which re-cuts on every
+call, records one each time its cut point moves (a call whose view is the previous plan's plus the
+new messages needs none).
 
 The model call that produced the ``k``-th assistant message of a thread saw the history before
 that message; :func:`model_view` rebuilds that view from the saved state alone::
@@ -51,14 +53,20 @@ def make_event(
     encoding: str,
     exact: bool,
     iteration: int | None,
+    call: int | None = None,
 ) -> dict[str, Any]:
-    """One event (see the module docstring) for ``plan`` made on ``messages``."""
+    """One event (see the module docstring) for ``plan`` made on ``messages``.
+
+    ``call`` (the number of assistant messages in ``messages``) is counted when not given.
+    """
+    if call is None:
+        call = sum(1 for m in messages if m.role == "assistant")
     return {
         "v": 1,
         "manager": manager,
         "trigger": trigger,
         "iteration": iteration,
-        "call": sum(1 for m in messages if m.role == "assistant"),
+        "call": call,
         "n_messages": len(messages),
         "tokens_before": tokens_before,
         "tokens_after": tokens_after,
@@ -76,10 +84,12 @@ def compaction_events(state: AgentState) -> list[dict[str, Any]]:
     return list(events)
 
 
-def _view_of_prefix(messages: Sequence[Message], events: list[dict[str, Any]], n: int) -> list[Message]:
+def _view_of_prefix(
+    messages: Sequence[Message], events: list[dict[str, Any]], n: int, plans: list[Plan] | None = None
+) -> list[Message]:
     # The newest event made on a prefix of messages[:n] that is still part of this history.
-    for event in reversed(events):
-        plan = Plan.from_json(event["plan"])
+    for k in range(len(events) - 1, -1, -1):
+        plan = plans[k] if plans is not None else Plan.from_json(events[k]["plan"])
         if plan.n <= n and plan.fp == fingerprint(messages, plan.n):
             return render(plan, messages[:n])
     return list(messages[:n])
@@ -109,8 +119,6 @@ def model_view(state: AgentState, call: int | None = None, *, n_messages: int | 
 def model_views(state: AgentState) -> list[list[Message]]:
     """The view of every model call of the thread, in order (one per assistant message)."""
     events = compaction_events(state)
-    return [
-        _view_of_prefix(state.messages, events, j)
-        for j, m in enumerate(state.messages)
-        if m.role == "assistant"
-    ]
+    plans = [Plan.from_json(e["plan"]) for e in events]  # parsed once, not once per call
+    msgs = state.messages
+    return [_view_of_prefix(msgs, events, j, plans) for j, m in enumerate(msgs) if m.role == "assistant"]

@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import weakref
 import zlib
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.messages import Message
 
+if TYPE_CHECKING:
+    from tulip_nb.tokens import TokenCounter
+
 __all__ = [
     "STUB_VERSION",
+    "HistoryIndex",
+    "known_counts",
     "Plan",
     "Ranges",
     "fingerprint",
@@ -90,6 +96,168 @@ def to_ranges(indices: Iterable[int]) -> Ranges:
 def fingerprint(messages: Sequence[Message], n: int) -> int:
     """A stable check that ``messages`` still has the history a plan of length ``n`` was made on."""
     return zlib.crc32(messages[n - 1].json_bytes()) if n > 0 else 0
+
+
+# -- the incremental index -------------------------------------------------------------------------
+
+
+class HistoryIndex:
+    """The structure of one growing history, kept up to date one call at a time.
+
+    A manager sees the same thread again before every model call, a few messages longer each time.
+    Recomputing its units, turns and token totals from scratch costs O(n) per call (O(n²) over a
+    conversation); this index does the work once per message instead. :meth:`update` takes the
+    history of the current call: when it extends the one seen before (the same messages: identical
+    objects, or equal ones), only the new messages are processed, otherwise everything is rebuilt.
+
+    After ``update(messages, counter)``:
+
+    - ``counts[i]``: tokens of message ``i``; ``prefix[j]``: tokens of ``messages[:j]``;
+    - ``units`` / ``starts``: :func:`units` of the body (after a leading system prompt);
+    - ``turns``: :func:`turn_starts` of those units;
+    - ``calls_before(j)``: assistant messages in ``messages[:j]``;
+    - ``stub_prefix()``: like ``prefix`` with every tool result counted as its :func:`stub`.
+
+    >>> from tulip_nb.tokens import FunctionCounter
+    >>> idx, chars = HistoryIndex(), FunctionCounter(lambda m: len(m.content or ""))
+    >>> idx.update([Message.system("s"), Message.user("hi"), Message.assistant("yo")], chars)
+    >>> idx.units, idx.turns, idx.prefix[-1]
+    ([(1, 2), (2, 3)], [0], 5)
+    """
+
+    def __init__(self) -> None:
+        self._clear(None)
+
+    def _clear(self, counter: TokenCounter | None) -> None:
+        self.counter: TokenCounter | None = counter
+        self.messages: list[Message] = []
+        self.counts: list[int] = []
+        self.prefix: list[int] = [0]
+        self.body = 0
+        self.units: Ranges = []
+        self.starts: list[int] = []
+        self.turns: list[int] = []
+        self._assistant: list[int] = [0]
+        self._caller: dict[str, int] = {}
+        self._stub: list[int] = [0]
+        self._saved: dict[str, Any] | None = None
+        self._crc = (0, 0)  # crc32 of the JSON bytes of the first k messages: (k, crc), extended lazily
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def update(self, messages: Sequence[Message], counter: TokenCounter) -> None:
+        """Bring the index up to ``messages`` (an extension of the last history is incremental)."""
+        old = self.messages
+        n0 = len(old)
+        # List equality compares identity first, in C; equal-but-distinct messages count the same.
+        if counter is not self.counter or len(messages) < n0 or old != messages[:n0]:
+            self._clear(counter)
+            old, n0 = self.messages, 0
+        n = len(messages)
+        if n == n0:
+            return
+        if n0 == 0:
+            self.body = 1 if messages[0].role == "system" else 0
+        new = messages[n0:]
+        old.extend(new)
+        counts = counter.message_counts(new)
+        self.counts.extend(counts)
+        prefix, acc = self.prefix, self.prefix[-1]
+        asst, a = self._assistant, self._assistant[-1]
+        caller = self._caller
+        redo = n0
+        for i, (m, c) in enumerate(zip(new, counts, strict=True), n0):
+            acc += c
+            prefix.append(acc)
+            role = m.role
+            if role == "assistant":
+                a += 1
+                for call in m.tool_calls:
+                    caller.setdefault(call.id, i)
+            elif role == "tool" and m.tool_call_id:
+                k = caller.get(m.tool_call_id)
+                if k is not None and k < redo:
+                    redo = k
+            asst.append(a)
+        # A new tool result can extend the unit of the call it answers: re-split from that unit.
+        k = bisect_right(self.starts, redo) - 1
+        restart = self.starts[k] if k >= 0 else self.body
+        keep = max(k, 0)
+        del self.units[keep:]
+        del self.starts[keep:]
+        del self.turns[bisect_left(self.turns, keep) :]
+        for s, e in units(old, max(restart, self.body)):
+            if old[s].role == "user":
+                self.turns.append(len(self.units))
+            self.units.append((s, e))
+            self.starts.append(s)
+
+    def calls_before(self, j: int) -> int:
+        """Assistant messages (model calls made) in ``messages[:j]``."""
+        return self._assistant[j]
+
+    def unit_at(self, s: int) -> int:
+        """Index of the first unit starting at or after message ``s`` (``len(units)`` if none)."""
+        return bisect_left(self.starts, s)
+
+    def stub_prefix(self) -> list[int]:
+        """Prefix sums of the tokens each message costs with tool output stubbed (lazy, incremental)."""
+        out, msgs = self._stub, self.messages
+        if len(out) <= len(msgs):
+            assert self.counter is not None
+            count = self.counter.count_message
+            acc = out[-1]
+            for i in range(len(out) - 1, len(msgs)):
+                m = msgs[i]
+                acc += count(stub(m)) if m.role == "tool" else self.counts[i]
+                out.append(acc)
+        return out
+
+    def span(self, s: int, e: int) -> int:
+        """Tokens of ``messages[s:e]``."""
+        return self.prefix[e] - self.prefix[s]
+
+    def saved_counts(self) -> dict[str, Any] | None:
+        """The per-message counts as saved with the thread (``None`` unless they are exact).
+
+        ``{"encoding": "o200k_base", "n": 118, "crc": ..., "counts": [...]}``: the counts of the
+        first ``n`` messages, whose JSON bytes have crc32 ``crc``. Whoever opens the thread later
+        (a notebook, :func:`tulip_nb.lab.open_thread`) checks the crc and reuses the counts instead
+        of encoding the whole thread again (see :func:`known_counts`).
+        """
+        counter = self.counter
+        if counter is None or not counter.exact or not self.counts:
+            return None
+        saved = self._saved
+        if saved is None or saved["n"] != len(self.counts):
+            k, crc = self._crc
+            for m in self.messages[k:]:
+                crc = zlib.crc32(m.json_bytes(), crc)
+            self._crc = (len(self.messages), crc)
+            # a new dict and list per change (never mutated afterwards: a saved state may hold them)
+            saved = {"encoding": counter.encoding, "n": len(self.counts), "crc": crc, "counts": list(self.counts)}
+            self._saved = saved
+        return saved
+
+
+def known_counts(saved: Any, messages: Sequence[Message], counter: TokenCounter) -> list[int] | None:
+    """Counts of ``messages[:n]`` from :meth:`HistoryIndex.saved_counts`, if they still hold.
+
+    They hold when they were made in ``counter``'s encoding by an exact counter and the first
+    ``n`` messages have the same JSON bytes (crc32) as when they were counted; otherwise ``None``.
+    """
+    if not isinstance(saved, dict) or not counter.exact or saved.get("encoding") != counter.encoding:
+        return None
+    counts, n = saved.get("counts"), saved.get("n")
+    if not isinstance(counts, list) or not isinstance(n, int) or len(counts) != n or n > len(messages):
+        return None
+    crc = 0
+    for i in range(n):
+        crc = zlib.crc32(messages[i].json_bytes(), crc)
+    if crc != saved.get("crc") or not all(isinstance(c, int) for c in counts):
+        return None
+    return counts
 
 
 # -- synthetic messages ----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.memory._events import EVENTS_KEY, STATE_KEY, model_view, model_views
-from tulip_nb.memory._history import Plan, fingerprint, render, stub, to_ranges, turn_starts, units
+from tulip_nb.memory._history import HistoryIndex, Plan, Ranges, fingerprint, render, stub, to_ranges
 from tulip_nb.memory._summarizing import SummarizingConversationManager
 from tulip_nb.memory.managers import (
     ConversationManager,
@@ -116,7 +116,8 @@ class LLMCompactor(PlanningManager):
         self.tail_token_fraction = tail_token_fraction
         self.summarize_fn = summarize_fn
         self.tool_output_ttl_turns = tool_output_ttl_turns
-        self._scratch: tuple[list[int], list[tuple[int, int]], int] = ([], [], 0)
+        self._scratch: tuple[HistoryIndex, int] = (self._index, 0)
+        self._plan_cost: tuple[Plan, int] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -171,27 +172,34 @@ class LLMCompactor(PlanningManager):
         counter = self.counter
         fixed = counter.count_tools(tools) + REPLY_PRIMING
         plan = self._current_plan(messages)
-        counts = counter.message_counts(messages)
+        idx = self._indexed(messages)
         if not self._reduce_pending:
             if plan is None:
-                total = sum(counts) + fixed
+                total = idx.prefix[-1] + fixed
                 view = messages
             else:
+                total = self._plan_tokens(plan, messages) + idx.span(plan.n, len(messages)) + fixed
                 view = render(plan, messages)
-                total = counter.count_messages(view) - REPLY_PRIMING + fixed
             if total <= self.trigger_tokens:
                 self.last_view_tokens = total
                 return view
-        return self._compact(messages, counts, fixed, plan)
+        return self._compact(messages, idx, fixed, plan)
+
+    def _plan_tokens(self, plan: Plan, messages: Sequence[Message]) -> int:
+        """Tokens of ``plan``'s view of ``messages[:plan.n]`` (counted once per plan)."""
+        known = self._plan_cost
+        if known is not None and known[0] is plan:
+            return known[1]
+        tokens = sum(self.counter.message_counts(render(plan, messages[: plan.n])))
+        self._plan_cost = (plan, tokens)
+        return tokens
 
     # -- compaction ----------------------------------------------------------------------------
     def _compact(
-        self, messages: list[Message], counts: list[int], fixed: int, previous: Plan | None
+        self, messages: list[Message], idx: HistoryIndex, fixed: int, previous: Plan | None
     ) -> tuple[Plan, list[Message], str | None]:
         n = len(messages)
-        body = 1 if n and messages[0].role == "system" else 0
-        unit_list = units(messages, body)
-        turns = turn_starts(messages, unit_list)
+        unit_list, turns = idx.units, idx.turns
         # Head: everything before the (head_turns+1)-th turn; a prefix before the first user
         # message belongs to the head too.
         k = turns[self.head_turns] if len(turns) > self.head_turns else len(unit_list)
@@ -206,36 +214,49 @@ class LLMCompactor(PlanningManager):
         # Stale tool output: results in turns older than the last ``ttl`` turns get a stub.
         ttl = self.tool_output_ttl_turns
         stale_end = unit_list[turns[-ttl]][0] if ttl and len(turns) > ttl else floor
-        eff = counts
-        stubbed: set[int] = set()
-        if stale_end > floor:
-            eff = list(counts)
-            count = self.counter.count_message
-            for i in range(floor, stale_end):
-                if messages[i].role == "tool":
-                    stubbed.add(i)
-                    eff[i] = count(stub(messages[i]))
+        stale_end = max(stale_end, floor)
+        prefix = idx.prefix
+        stubbed = idx.stub_prefix() if stale_end > floor else prefix
+
+        def cost(s: int, e: int) -> int:  # tokens of messages[s:e], stale tool output stubbed
+            m = min(max(s, stale_end), e)
+            return stubbed[m] - stubbed[s] + prefix[e] - prefix[m]
+
         # Tail: whole units from the end within the tail budget (at least the last one).
         tail_start, used, budget = n, 0, self.tail_budget
-        for s, e in reversed(unit_list):
-            if s < floor:
-                break
-            size = sum(eff[s:e])
+        for u in range(len(unit_list) - 1, idx.unit_at(floor) - 1, -1):
+            s, e = unit_list[u]
+            size = cost(s, e)
             if tail_start < n and used + size > budget:
                 break
             tail_start, used = s, used + size
         tail_start = max(tail_start, floor)
-        shown = [*range(head_end), *range(tail_start, n)]
+        # Shown: the head and the tail; tool results of the tail older than stale_end are pruned.
+        kept: Ranges = [(0, head_end)] if head_end else []
+        pruned: Ranges = []
+        pos = tail_start
+        for i in range(tail_start, min(stale_end, n)):
+            if messages[i].role == "tool":
+                if i > pos:
+                    kept.append((pos, i))
+                if pruned and pruned[-1][1] == i:
+                    pruned[-1] = (pruned[-1][0], i + 1)
+                else:
+                    pruned.append((i, i + 1))
+                pos = i + 1
+        if pos < n:
+            kept.append((pos, n))
+        kept = _merge(kept)
         plan = Plan(
             n=n,
             fp=fingerprint(messages, n),
-            kept=to_ranges(i for i in shown if i not in stubbed),
-            pruned=to_ranges(i for i in shown if i in stubbed),
+            kept=kept,
+            pruned=pruned,
             summarized=[(head_end, floor)] if prev_summary is not None else [],
             summary=prev_summary,
             summary_at=head_end,
         )
-        self._scratch = (counts, unit_list, fixed)
+        self._scratch = (idx, fixed)
         return plan, messages[floor:tail_start], prev_summary
 
     def _commit(
@@ -247,11 +268,12 @@ class LLMCompactor(PlanningManager):
     ) -> list[Message]:
         trigger = "overflow" if self._reduce_pending else "threshold"
         self._reduce_pending = False
-        counts, unit_list, fixed = self._scratch
-        plan, after = _fit(plan, messages, self.counter, counts, unit_list, fixed, self.effective_context)
+        idx, fixed = self._scratch
+        plan, after = _fit(plan, messages, self.counter, idx, fixed, self.effective_context)
         view = render(plan, messages)
-        before = sum(counts) + fixed
+        before = idx.prefix[-1] + fixed
         self._plan = plan
+        self._plan_cost = (plan, after - fixed)
         self.last_view_tokens = after
         self._record(state, trigger, plan, messages, before, after)
         return view
@@ -283,8 +305,7 @@ def _fit(
     plan: Plan,
     messages: Sequence[Message],
     counter: TokenCounter,
-    counts: list[int],
-    unit_list: list[tuple[int, int]],
+    idx: HistoryIndex,
     fixed: int,
     limit: int,
 ) -> tuple[Plan, int]:
@@ -297,10 +318,13 @@ def _fit(
     count = counter.count_message
     summary = plan.summary_msg()
     summary_cost = count(summary) if summary is not None else 0
-    total = fixed + summary_cost + sum(sum(counts[s:e]) for s, e in plan.kept)
-    total += sum(count(stub(messages[i])) for s, e in plan.pruned for i in range(s, e))
+    total = fixed + summary_cost + sum(idx.span(s, e) for s, e in plan.kept)
+    if plan.pruned:  # pruned ranges hold tool results only: their stubbed cost
+        stubbed = idx.stub_prefix()
+        total += sum(stubbed[e] - stubbed[s] for s, e in plan.pruned)
     if total <= limit:
         return plan, total
+    counts, unit_list = idx.counts, idx.units
     n = plan.n
     label = ["d"] * n
     for code, ranges in (("k", plan.kept), ("p", plan.pruned), ("s", plan.summarized)):
@@ -344,6 +368,19 @@ def _fit(
         summary=plan.summary if summarized else None,
         summary_at=head_end,
     ), total
+
+
+def _merge(ranges: Ranges) -> Ranges:
+    """Join adjacent ranges: ``[(0, 3), (3, 5)]`` -> ``[(0, 5)]``."""
+    out: Ranges = []
+    for s, e in ranges:
+        if s == e:
+            continue
+        if out and out[-1][1] == s:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
 
 
 def default_conversation_manager(context_window: int | None, max_iterations: int = 20) -> ConversationManager:

@@ -20,13 +20,15 @@ How the agent drives a manager:
 from __future__ import annotations
 
 from abc import ABC
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.memory._events import EVENTS_KEY, STATE_KEY, make_event
-from tulip_nb.memory._history import Plan, fingerprint, render, units
+from tulip_nb.memory._history import HistoryIndex, Plan, fingerprint, known_counts, render
+from tulip_nb.tokens import REPLY_PRIMING
 
 if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
@@ -42,6 +44,7 @@ __all__ = [
     "SlidingWindowConversationManager",
     "SlidingWindowManager",
     "default_manager",
+    "saved_token_counts",
 ]
 
 
@@ -117,6 +120,7 @@ class PlanningManager(ConversationManager):
         self._overflow_limit: int | None = None
         self._reduce_pending = False
         self._pending_events: list[dict[str, Any]] = []
+        self._index = HistoryIndex()
         self.last_event: dict[str, Any] | None = None
         """The newest event this instance recorded (also in the thread's metadata)."""
         self.last_view_tokens: int | None = None
@@ -140,6 +144,15 @@ class PlanningManager(ConversationManager):
                 raise UserError(f"token_counter must be a TokenCounter or a function, not {arg!r}")
         return self._counter
 
+    def _indexed(self, messages: Sequence[Message]) -> HistoryIndex:
+        """The thread's :class:`~tulip_nb.memory._history.HistoryIndex`, brought up to ``messages``.
+
+        Counts, units and turns are computed once per message over the thread's life, so a call
+        costs what is new since the last one, not the thread's length.
+        """
+        self._index.update(messages, self.counter)
+        return self._index
+
     # -- plan & events -----------------------------------------------------------------------
     def _current_plan(self, messages: Sequence[Message]) -> Plan | None:
         plan = self._plan
@@ -158,6 +171,9 @@ class PlanningManager(ConversationManager):
         tokens_after: int,
     ) -> None:
         counter = self.counter
+        idx = self._index
+        n = len(messages)
+        call = idx.calls_before(n) if n and len(idx) == n and idx.messages[-1] is messages[-1] else None
         event = make_event(
             manager=type(self).__name__,
             trigger=trigger,
@@ -168,6 +184,7 @@ class PlanningManager(ConversationManager):
             encoding=counter.encoding,
             exact=counter.exact,
             iteration=state.iteration if state is not None else None,
+            call=call,
         )
         self.last_event = event
         self._pending_events.append(event)
@@ -221,13 +238,19 @@ class PlanningManager(ConversationManager):
             self._overflow_limit = min(limit, self._overflow_limit or limit)
 
     def get_state(self) -> dict[str, Any]:
-        return {
+        out = {
             "v": 1,
             "manager": type(self).__name__,
             "plan": self._plan.to_json() if self._plan is not None else None,
             "overflows": self._overflows,
             "overflow_limit": self._overflow_limit,
         }
+        tokens = self._index.saved_counts()
+        if tokens is not None:
+            # Exact per-message counts, saved with the thread so it opens without encoding it all
+            # again (tulip_nb.lab.open_thread checks them against the messages' bytes).
+            out["tokens"] = tokens
+        return out
 
     def restore_from_session(self, state: dict[str, Any]) -> None:
         plan = (state or {}).get("plan")
@@ -277,18 +300,31 @@ class SlidingWindowManager(PlanningManager):
         window = self.effective_window()
         if n - body <= window:
             return None
-        unit_list = units(messages, body)
-        cut = n - window
-        starts = [s for s, _ in unit_list]
+        idx = self._indexed(messages)
+        starts, unit_list = idx.starts, idx.units
         # First unit starting at or after the nominal cut; at least the last unit is kept.
-        cut = next((s for s in starts if s >= cut), starts[-1])
+        k = min(idx.unit_at(n - window), len(starts) - 1)
+        cut = starts[k]
         kept = [(0, body)] if body else []
         if not any(messages[i].role == "user" for i in range(cut, n)):
-            user = next((s for s in reversed(starts) if s < cut and messages[s].role == "user"), None)
-            if user is not None:
-                kept.append((user, next(e for s, e in unit_list if s == user)))
+            # the newest turn-opening unit before the cut
+            t = bisect_left(idx.turns, k) - 1
+            if t >= 0:
+                kept.append(unit_list[idx.turns[t]])
         kept.append((cut, n))
         return Plan(n=n, fp=fingerprint(messages, n), kept=kept)
+
+    def _same_cut(self, plan: Plan, messages: Sequence[Message]) -> bool:
+        """Whether the plan in effect, with the new messages appended, is already ``plan``'s view."""
+        old = self._plan
+        if old is None or old.pruned or old.summarized or old.summary is not None or not old.matches(messages):
+            return False
+        return (
+            old.kept[:-1] == plan.kept[:-1]
+            and old.kept[-1] == (plan.kept[-1][0], old.n)
+            and not plan.pruned
+            and not plan.summarized
+        )
 
     def _view(
         self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None, state: AgentState | None
@@ -296,15 +332,21 @@ class SlidingWindowManager(PlanningManager):
         plan = self.plan_for(messages)
         trigger = "overflow" if self._reduce_pending else "window"
         self._reduce_pending = False
-        self._plan = plan
         if plan is None:
+            self._plan = None
             self.last_view_tokens = None
             return messages
         view = render(plan, messages)
         counter = self.counter
-        before = counter.count_request(messages, tools)
-        after = counter.count_request(view, tools)
+        fixed = counter.count_tools(tools) + REPLY_PRIMING
+        after = sum(counter.message_counts(view)) + fixed
         self.last_view_tokens = after
+        if trigger == "window" and self._same_cut(plan, messages):
+            # The cut did not move: the recorded plan still gives this view (no new event).
+            self._flush(state)
+            return view
+        self._plan = plan
+        before = self._index.prefix[-1] + fixed
         self._record(state, trigger, plan, messages, before, after)
         return view
 
@@ -323,6 +365,17 @@ class SlidingWindowConversationManager(SlidingWindowManager):
         model: str | None = None,
     ) -> None:
         super().__init__(window_size, token_counter=token_counter, model=model)
+
+
+def saved_token_counts(state: AgentState, counter: TokenCounter) -> list[int] | None:
+    """The exact token counts a manager saved with ``state`` for its first messages, if they hold.
+
+    A :class:`PlanningManager` keeps each message's count in its state (``"tokens"``), which the
+    agent saves with every checkpoint; they are reused only for ``counter``'s encoding and only
+    while the messages they were made on are byte-for-byte the same. ``None`` otherwise.
+    """
+    saved = state.metadata.get(STATE_KEY)
+    return known_counts(saved.get("tokens"), state.messages, counter) if isinstance(saved, dict) else None
 
 
 def default_manager(context_window: int | None, max_iterations: int = 20) -> ConversationManager:
