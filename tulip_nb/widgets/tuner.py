@@ -90,7 +90,17 @@ class CompactionTuner(Panel):
         super().__init__(
             [
                 self.kind,
-                W.HBox([W.VBox(list(self._sliders.values())), W.VBox([self.copy_button, self.config, self.timing])]),
+                W.HBox(
+                    [
+                        # the sliders keep their width (their labels must not be clipped); the
+                        # config text beside them wraps instead
+                        W.VBox(list(self._sliders.values()), layout=W.Layout(flex="0 0 auto")),
+                        W.VBox(
+                            [self.copy_button, self.config, self.timing],
+                            layout=W.Layout(flex="1 1 auto", min_width="0"),
+                        ),
+                    ]
+                ),
                 self.status,
                 self.summary,
                 self.image,
