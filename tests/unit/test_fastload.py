@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import orjson
@@ -84,3 +85,36 @@ def test_errors_name_the_message_index() -> None:
     with pytest.raises(pydantic.ValidationError) as err:
         messages_from_json([good, good, {"role": "user", "content": 5}])
     assert err.value.errors()[0]["loc"] == ("messages", 2, "content")
+
+
+def slow_digest(message: Message) -> bytes:
+    import hashlib
+
+    data = message.json_bytes()
+    with contextlib.suppress(orjson.JSONDecodeError, orjson.JSONEncodeError):
+        data = orjson.dumps(orjson.loads(data), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).digest()
+
+
+@settings(max_examples=400, deadline=None)
+@given(message)
+def test_message_digest_fast_path_equals_the_canonical_json(raw: dict[str, Any]) -> None:
+    from tulip_nb.core.state import message_digest
+
+    try:
+        [fast] = messages_from_json([orjson.loads(orjson.dumps(raw))])
+    except pydantic.ValidationError:
+        return
+    built = Message.model_validate(orjson.loads(orjson.dumps(raw)))  # the pydantic path, no raw dict
+    assert message_digest(fast) == slow_digest(fast) == message_digest(built) == slow_digest(built)
+
+
+def test_message_digest_falls_back_for_values_json_cannot_hold() -> None:
+    from datetime import UTC, datetime
+
+    from tulip_nb.core.state import message_digest
+
+    odd = Message(role="user", content="x", metadata={"at": datetime(2026, 1, 1, tzinfo=UTC), "n": {"big": 2**70}})
+    assert message_digest(odd) == slow_digest(odd)
+    reloaded = messages_from_json([orjson.loads(odd.json_bytes())])[0]
+    assert message_digest(reloaded) == message_digest(odd)  # verifies after a round trip

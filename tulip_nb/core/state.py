@@ -176,10 +176,49 @@ def message_digest(message: Message) -> bytes:
     Sorting keys makes the digest independent of the key order a store hands back (PostgreSQL
     ``jsonb`` reorders keys, tulip writes its own order), so a checkpoint verifies on every backend.
     """
-    data = message.json_bytes()
-    with contextlib.suppress(orjson.JSONDecodeError, orjson.JSONEncodeError):  # an int beyond 64 bits: as is
-        data = orjson.dumps(orjson.loads(data), option=orjson.OPT_SORT_KEYS)
+    try:  # fast: dump the fields as they are, when they are plain JSON values (always, once loaded)
+        data = orjson.dumps(_plain_message(message), option=_CANONICAL, default=_not_plain)
+    except (orjson.JSONEncodeError, TypeError):  # anything else: the serialiser's JSON, re-sorted
+        data = message.json_bytes()
+        with contextlib.suppress(orjson.JSONDecodeError, orjson.JSONEncodeError):  # an int beyond 64 bits
+            data = orjson.dumps(orjson.loads(data), option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(data).digest()
+
+
+# Plain JSON values only: datetimes, dataclasses and subclasses of str/int/dict/list go to
+# ``_not_plain`` and so to the slow path, whose pydantic serialisation decides their JSON form.
+_CANONICAL = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+def _not_plain(value: Any) -> Any:
+    raise TypeError(f"not a plain JSON value: {type(value).__name__}")
+
+
+def _plain_message(message: Message) -> dict[str, Any]:
+    """The message's fields (and extra keys) as the dict its JSON decodes to."""
+    fields = message.__dict__
+    calls = []
+    for call in fields["tool_calls"]:
+        if type(call) is not ToolCall:
+            raise TypeError("not a ToolCall")
+        plain = {k: call.__dict__[k] for k in _CALL_FIELDS}
+        if call.__pydantic_extra__:
+            plain.update(call.__pydantic_extra__)
+        calls.append(plain)
+    out = {k: fields[k] for k in _MESSAGE_FIELDS}
+    out["tool_calls"] = calls
+    if message.__pydantic_extra__:
+        out.update(message.__pydantic_extra__)
+    return out
+
+
+_MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "metadata")
+_CALL_FIELDS = ("id", "name", "arguments", "malformed_arguments")
 
 
 class MessageBlobCache:
