@@ -53,7 +53,7 @@ async def test_two_workers_share_threads_and_refuse_races(pg_url: str, tmp_path:
         "--app", "tests.server.served_agent:agent", "--checkpointer", pg_url, "--workers", "2", log_dir=tmp_path
     ) as (url, pid):
         assert len(children(pid)) >= 2  # two worker processes
-        limits = httpx.Limits(max_connections=60)
+        limits = httpx.Limits(max_connections=60, keepalive_expiry=2.0)  # below the server's keep-alive
         async with httpx.AsyncClient(base_url=url, limits=limits) as http:
             # 50 clients x 10 threads, two turns per thread: every turn is kept, in order
             async def client(i: int) -> None:

@@ -140,5 +140,8 @@ def run(args: argparse.Namespace) -> int:
         # a worker busy with a long turn on a loaded machine must not be killed as "unhealthy"
         # (uvicorn's default 5 s health check restarts it and drops its open connections)
         timeout_worker_healthcheck=60,
+        # longer than clients' keep-alive expiry (httpx: 5 s), so a client never reuses a
+        # connection the server is closing at that very moment (a ReadError on a busy server)
+        timeout_keep_alive=30,
     )
     return 0
