@@ -126,24 +126,26 @@ def _wait_port(port: int, *, up: bool, timeout: float = 20) -> None:
         time.sleep(0.02)
 
 
-@pytest.fixture
-def private_redis() -> Iterator[RedisServer]:
-    server = RedisServer(free_port())
+@contextlib.contextmanager
+def running(server: Any) -> Iterator[Any]:
+    """Start a private server (redis, moto) for the block, and stop it afterwards."""
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def private_redis() -> Iterator[RedisServer]:
+    with running(RedisServer(free_port())) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
 def session_redis() -> Iterator[RedisServer]:
-    server = RedisServer(free_port())
-    server.start()
-    try:
+    with running(RedisServer(free_port())) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @dataclass
@@ -174,12 +176,8 @@ class MotoServer:
 
 @pytest.fixture
 def private_moto() -> Iterator[MotoServer]:
-    server = MotoServer(free_port())
-    server.start()
-    try:
+    with running(MotoServer(free_port())) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
