@@ -26,8 +26,10 @@ from tulip_nb.agent._turn import (
     ITER_KEY,
     RUN_KEY,
     execution,
+    execution_position,
     find_idempotent_result,
-    pending_calls,
+    last_assistant,
+    pending_positions,
     render_result,
     run_info,
 )
@@ -157,12 +159,17 @@ class TurnRunner:
         if not isinstance(data, dict):
             raise ResumeNeedsResponse("nothing is pending an answer in this thread", thread_id=self.thread_id)
         pending = PendingInterrupt.from_dict(data)
-        open_ids = {c.id for c in pending_calls(self.state.messages)}
-        if pending.tool_call_id not in open_ids:
+        # The interrupted call is the first open call of the last assistant message (calls run in
+        # order and an interrupt stops the batch); its recorded position must still name it.
+        open_calls = pending_positions(self.state.messages)
+        where = pending.position if pending.position is not None else None
+        first = open_calls[0] if open_calls else None
+        call = self.state.messages[first[0]].tool_calls[first[1]] if first is not None else None
+        if call is None or (where is not None and where != first) or call.name != pending.tool_name:
             raise ResumeNeedsResponse("the interrupted call is no longer open in this thread", thread_id=self.thread_id)
         content = render_result(response)
-        self.state.messages.append(Message.tool(content, tool_call_id=pending.tool_call_id, name=pending.tool_name))
-        ex = execution(pending.tool_name, pending.tool_call_id, pending.arguments, result=response)
+        self.state.messages.append(Message.tool(content, tool_call_id=call.id, name=pending.tool_name))
+        ex = execution(pending.tool_name, call.id, pending.arguments, result=response, position=first)
         self._record(ex)
         self._set_status("running")
         await emit(
@@ -184,12 +191,12 @@ class TurnRunner:
         Returns the completed iteration's step, or None when there was nothing to finish
         (``force`` finishes the iteration even when the only open call was just answered).
         """
-        calls = pending_calls(self.state.messages)
-        last = next((m for m in reversed(self.state.messages) if m.role == "assistant"), None)
-        if last is None or not last.tool_calls or (not calls and not force):
+        positions = pending_positions(self.state.messages)
+        i = last_assistant(self.state.messages)
+        if i is None or not self.state.messages[i].tool_calls or (not positions and not force):
             return None
-        await self._execute(calls)
-        return await self._end_iteration(last, (), Usage(), resumed=True)
+        await self._execute(positions)
+        return await self._end_iteration(i, (), Usage(), resumed=True)
 
     # -- one iteration --------------------------------------------------------------------------
     async def iteration(self) -> Step | None:
@@ -219,6 +226,7 @@ class TurnRunner:
         if message.role != "assistant":
             raise ModelError(f"model answered with a {message.role!r} message, expected 'assistant'")
         state.messages.append(message)
+        index = len(state.messages) - 1
         self._count(response.usage)
         if response.provider_state is not None:
             state.provider_state = response.provider_state
@@ -228,15 +236,16 @@ class TurnRunner:
             ModelCall(self.thread_id, state.iteration, tuple(view), message, response.usage, duration),
         )
         if message.tool_calls:
-            await self._execute(message.tool_calls)
-        return await self._end_iteration(message, tuple(view), response.usage, resumed=False)
+            await self._execute([(index, k) for k in range(len(message.tool_calls))])
+        return await self._end_iteration(index, tuple(view), response.usage, resumed=False)
 
-    async def _end_iteration(
-        self, message: Message, request: tuple[Message, ...], usage: Usage, *, resumed: bool
-    ) -> Step:
+    async def _end_iteration(self, index: int, request: tuple[Message, ...], usage: Usage, *, resumed: bool) -> Step:
         state = self.state
-        ids = {c.id for c in message.tool_calls}
-        results = tuple(ex for ex in state.tool_executions if ex.tool_call_id in ids)
+        message = state.messages[index]
+        # This iteration's executions: those recorded for the calls of ``messages[index]`` (by
+        # position; ids are not unique), in call order.
+        mine = [(p, ex) for ex in state.tool_executions if (p := execution_position(ex)) and p[0] == index]
+        results = tuple(ex for _, ex in sorted(mine, key=lambda item: item[0][1]))
         if message.tool_calls and not self.interrupt:
             state.reasoning_steps.append(
                 ReasoningStep(
@@ -299,10 +308,11 @@ class TurnRunner:
         self.state.tool_history.append(ex.tool_name)
         self.executions.append(ex)
 
-    async def _execute(self, calls: list[ToolCall]) -> None:
-        for call in calls:
+    async def _execute(self, positions: list[tuple[int, int]]) -> None:
+        for position in positions:
+            call = self.state.messages[position[0]].tool_calls[position[1]]
             try:
-                await self._call_one(call)
+                await self._call_one(call, position)
             except Interrupt as intr:
                 self.stop_reason = "interrupted"
                 payload = intr.payload
@@ -310,7 +320,9 @@ class TurnRunner:
                     render_result(payload)
                 except TypeError:
                     payload = repr(payload)
-                self.interrupt = PendingInterrupt(intr.question, call.name, call.id, dict(call.arguments), payload)
+                self.interrupt = PendingInterrupt(
+                    intr.question, call.name, call.id, dict(call.arguments), payload, position=position
+                )
                 await emit(
                     self.agent.hooks,
                     "on_interrupt",
@@ -326,7 +338,7 @@ class TurnRunner:
                 )
                 return
 
-    async def _call_one(self, call: ToolCall) -> None:
+    async def _call_one(self, call: ToolCall, position: tuple[int, int]) -> None:
         state = self.state
         tool = self.agent.tools_by_name.get(call.name)
         t0 = time.perf_counter()
@@ -360,6 +372,7 @@ class TurnRunner:
             error=error,
             duration_ms=duration,
             cache_hit=cache_hit,
+            position=position,
         )
         self._record(ex)
         await emit(

@@ -11,18 +11,24 @@ from typing import Any
 import orjson
 
 from tulip_nb.core._time import utcnow
+from tulip_nb.core.calls import CallRef, block_end, results_of, unanswered_calls
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
 
 __all__ = [
     "ITER_KEY",
     "PER_TURN_FIELDS",
+    "POSITION_KEY",
     "RUN_KEY",
     "canonical_args",
     "close_unanswered_calls",
     "coerce_messages",
+    "execution",
+    "execution_position",
     "find_idempotent_result",
+    "last_assistant",
     "pending_calls",
+    "pending_positions",
     "render_result",
     "run_info",
     "start_turn",
@@ -87,38 +93,51 @@ def coerce_messages(items: Iterable[Any]) -> list[Message]:
 def close_unanswered_calls(messages: list[Message]) -> list[Message]:
     """Answer every tool call that has no result with an "outcome unknown" error result.
 
-    A provider rejects a conversation with a dangling call, and a killed run leaves one; the result
-    goes right after the call's other results so the block stays contiguous.
+    A provider rejects a conversation with a dangling call, and a killed run leaves one. Calls are
+    paired with results by position (:mod:`tulip_nb.core.calls`), so a reused or empty id never
+    passes for an answer; the new result goes right after the call's block, in call order.
     """
-    answered = {m.tool_call_id for m in messages if m.role == "tool"}
-    if all(c.id in answered for m in messages for c in m.tool_calls):
-        return list(messages)
-    out: list[Message] = []
-    i = 0
-    while i < len(messages):
+    out: list[Message] | None = None
+    i, n = 0, len(messages)
+    while i < n:
         m = messages[i]
-        out.append(m)
-        i += 1
         if m.role != "assistant" or not m.tool_calls:
-            continue
-        while i < len(messages) and messages[i].role == "tool":
-            out.append(messages[i])
+            if out is not None:
+                out.append(m)
             i += 1
-        for call in m.tool_calls:
-            if call.id not in answered:
+            continue
+        end = block_end(messages, i)
+        missing = [k for k, t in enumerate(results_of(messages, i)) if t is None]
+        if missing and out is None:
+            out = list(messages[:i])
+        if out is not None:
+            out.extend(messages[i:end])
+            for k in missing:
+                call = m.tool_calls[k]
                 out.append(Message.tool(OUTCOME_UNKNOWN, tool_call_id=call.id, name=call.name))
-                answered.add(call.id)
-    return out
+        i = end
+    return list(messages) if out is None else out
+
+
+def last_assistant(messages: list[Message]) -> int | None:
+    """Index of the last assistant message, or None."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "assistant":
+            return i
+    return None
+
+
+def pending_positions(messages: list[Message]) -> list[CallRef]:
+    """Positions of the calls of the last assistant message that have no result yet."""
+    i = last_assistant(messages)
+    if i is None:
+        return []
+    return [(i, k) for k in unanswered_calls(messages, i)]
 
 
 def pending_calls(messages: list[Message]) -> list[Any]:
     """Tool calls of the last assistant message that have no result yet."""
-    for i in range(len(messages) - 1, -1, -1):
-        m = messages[i]
-        if m.role == "assistant":
-            answered = {t.tool_call_id for t in messages[i + 1 :] if t.role == "tool"}
-            return [c for c in m.tool_calls if c.id not in answered]
-    return []
+    return [messages[i].tool_calls[k] for i, k in pending_positions(messages)]
 
 
 def _default(name: str) -> Any:
@@ -169,8 +188,23 @@ def start_turn(
     return state
 
 
-def canonical_args(arguments: dict[str, Any]) -> bytes:
-    return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
+def canonical_args(arguments: Any) -> bytes:
+    """The canonical JSON of tool arguments: keys sorted at every level, integral floats as ints.
+
+    Two calls are "the same call" for idempotency (and the replay's recorded tools) when these
+    bytes are equal, whatever key order or number spelling a store or provider handed back.
+    """
+    return orjson.dumps(_normal_numbers(arguments), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
+
+
+def _normal_numbers(value: Any) -> Any:
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if isinstance(value, dict):
+        return {k: _normal_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normal_numbers(v) for v in value]
+    return value
 
 
 def render_result(result: Any) -> str:
@@ -180,29 +214,47 @@ def render_result(result: Any) -> str:
     return orjson.dumps(result, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
+POSITION_KEY = "tulip_nb_call"
+"""Extra key of a :class:`ToolExecution` this agent recorded: ``[message index, call index]``, the
+call's identity (:mod:`tulip_nb.core.calls`); tulip ignores it."""
+
+
+def execution_position(ex: ToolExecution) -> CallRef | None:
+    """The call position an execution was recorded for (None: recorded by another SDK)."""
+    raw = (ex.__pydantic_extra__ or {}).get(POSITION_KEY)
+    if isinstance(raw, list | tuple) and len(raw) == 2 and all(type(x) is int for x in raw):
+        return (raw[0], raw[1])
+    return None
+
+
 def find_idempotent_result(state: AgentState, tool_name: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
     """``(True, result)`` if ``tool_name(arguments)`` already succeeded in this thread.
 
-    Looks in this turn's executions first (also those restored from an iteration checkpoint
-    after a crash), then in the history of earlier turns (the tool message text).
+    The seed's rule: a call is a cache hit only when the same tool already ran with canonically
+    equal arguments, and the result served is *that* execution's. Looks in this turn's executions
+    first (also those restored from an iteration checkpoint after a crash), then in the history of
+    earlier turns, where each call is paired with its result by position, never by id.
     """
     key = canonical_args(arguments)
     for ex in reversed(state.tool_executions):
         if ex.tool_name == tool_name and ex.error is None and canonical_args(ex.arguments) == key:
             return True, ex.result
-    results: dict[str, Message] = {}
-    for m in state.messages:
-        if m.role == "tool" and m.tool_call_id and m.tool_call_id not in results:
-            results[m.tool_call_id] = m
-    for m in reversed(state.messages):
-        for call in m.tool_calls:
-            if call.name != tool_name or call.malformed_arguments is not None:
+    messages = state.messages
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.role != "assistant" or not m.tool_calls:
+            continue
+        if not any(c.name == tool_name and c.malformed_arguments is None for c in m.tool_calls):
+            continue
+        for k, t in enumerate(results_of(messages, i)):
+            call = m.tool_calls[k]
+            if t is None or call.name != tool_name or call.malformed_arguments is not None:
                 continue
-            answer = results.get(call.id)
-            if answer is None or (answer.content or "").startswith("Error:"):
+            answer = messages[t].content or ""
+            if answer.startswith("Error:"):
                 continue
             if canonical_args(call.arguments) == key:
-                return True, answer.content
+                return True, answer
     return False, None
 
 
@@ -215,8 +267,11 @@ def execution(
     error: str | None = None,
     duration_ms: float = 0.0,
     cache_hit: bool = False,
+    position: CallRef | None = None,
 ) -> ToolExecution:
-    """A ToolExecution as tulip stores it: ``result`` is the text the model read (None on error)."""
+    """A ToolExecution as tulip stores it: ``result`` is the text the model read (None on error);
+    ``position`` (the call's identity) goes in the extra key :data:`POSITION_KEY`."""
+    extra: dict[str, Any] = {POSITION_KEY: list(position)} if position is not None else {}
     return ToolExecution(
         tool_name=tool_name,
         tool_call_id=call_id,
@@ -225,4 +280,5 @@ def execution(
         error=error,
         duration_ms=duration_ms,
         idempotent_cache_hit=cache_hit,
+        **extra,
     )

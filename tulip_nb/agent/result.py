@@ -14,6 +14,12 @@ __all__ = ["AgentResult", "PendingInterrupt", "Step", "StopReason"]
 StopReason = Literal["complete", "terminal_tool", "max_iterations", "interrupted", "error"]
 
 
+def _position(raw: Any) -> tuple[int, int] | None:
+    if isinstance(raw, list | tuple) and len(raw) == 2 and all(type(x) is int for x in raw):
+        return (raw[0], raw[1])
+    return None
+
+
 @dataclass(frozen=True)
 class PendingInterrupt:
     """A tool's question waiting for a human; answer it with ``agent.resume(answer, thread_id=...)``."""
@@ -23,15 +29,20 @@ class PendingInterrupt:
     tool_call_id: str
     arguments: dict[str, Any] = field(default_factory=dict)
     payload: Any = None
+    position: tuple[int, int] | None = None
+    """The interrupted call's identity: ``(assistant message index, call index)``."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "question": self.question,
             "tool_name": self.tool_name,
             "tool_call_id": self.tool_call_id,
             "arguments": self.arguments,
             "payload": self.payload,
         }
+        if self.position is not None:
+            out["position"] = list(self.position)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingInterrupt:
@@ -41,6 +52,7 @@ class PendingInterrupt:
             str(data.get("tool_call_id", "")),
             dict(data.get("arguments") or {}),
             data.get("payload"),
+            _position(data.get("position")),
         )
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import weakref
 import zlib
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb.core.calls import block_end
 from tulip_nb.core.messages import Message
 
 if TYPE_CHECKING:
@@ -54,24 +55,15 @@ SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
 def units(messages: Sequence[Message], start: int = 0) -> Ranges:
     """Split ``messages[start:]`` into units that may be kept or cut as a whole.
 
-    A unit is one message, or an assistant message with tool calls together with everything up to
-    the last tool result answering one of its calls. O(n).
+    A unit is one message, or an assistant message with tool calls together with the tool results
+    directly after it (its block: calls and results pair by position, never by id — see
+    :mod:`tulip_nb.core.calls`). O(n).
     """
-    last_answer: dict[str, int] = {}
-    for i in range(start, len(messages)):
-        m = messages[i]
-        if m.role == "tool" and m.tool_call_id:
-            last_answer[m.tool_call_id] = i
     out: Ranges = []
     i, n = start, len(messages)
     while i < n:
-        end, j = i + 1, i
-        while j < end:
-            for call in messages[j].tool_calls:
-                k = last_answer.get(call.id)
-                if k is not None and k >= end:
-                    end = k + 1
-            j += 1
+        m = messages[i]
+        end = block_end(messages, i) if m.role == "assistant" and m.tool_calls else i + 1
         out.append((i, end))
         i = end
     return out
@@ -138,7 +130,6 @@ class HistoryIndex:
         self.starts: list[int] = []
         self.turns: list[int] = []
         self._assistant: list[int] = [0]
-        self._caller: dict[str, int] = {}
         self._stub: list[int] = [0]
         self._saved: dict[str, Any] | None = None
         self._crc = (0, 0)  # crc32 of the JSON bytes of the first k messages: (k, crc), extended lazily
@@ -165,23 +156,15 @@ class HistoryIndex:
         self.counts.extend(counts)
         prefix, acc = self.prefix, self.prefix[-1]
         asst, a = self._assistant, self._assistant[-1]
-        caller = self._caller
-        redo = n0
-        for i, (m, c) in enumerate(zip(new, counts, strict=True), n0):
+        for m, c in zip(new, counts, strict=True):
             acc += c
             prefix.append(acc)
-            role = m.role
-            if role == "assistant":
+            if m.role == "assistant":
                 a += 1
-                for call in m.tool_calls:
-                    caller.setdefault(call.id, i)
-            elif role == "tool" and m.tool_call_id:
-                k = caller.get(m.tool_call_id)
-                if k is not None and k < redo:
-                    redo = k
             asst.append(a)
-        # A new tool result can extend the unit of the call it answers: re-split from that unit.
-        k = bisect_right(self.starts, redo) - 1
+        # New tool results can only extend the last unit (a block is the run of results right after
+        # its call): re-split from the start of that unit.
+        k = len(self.starts) - 1
         restart = self.starts[k] if k >= 0 else self.body
         keep = max(k, 0)
         del self.units[keep:]

@@ -17,8 +17,11 @@ decides from the conversation, not from a counter::
 
     model = ScriptedModel(reply)
 
-Tool-call ids left empty are derived from the request (``call_`` + 12 hex of the position in the
-thread), so a replayed or resumed conversation gets the same ids in every process. Usage is a
+Tool-call ids left empty are derived from the request (``call_`` + 12 hex of a digest of every
+message it was sent, plus the call's index), so they are unique within a thread even when a
+conversation manager sends views of equal length, and a replayed or resumed conversation gets the
+same ids in every process. (Ids are only labels for the provider: tulip_nb pairs a call with its
+result by position, :mod:`tulip_nb.core.calls`.) Usage is a
 deterministic estimate (4 characters per token), labelled with ``estimated=True`` in the raw field.
 """
 
@@ -131,11 +134,23 @@ class ScriptedModel:
     def _with_ids(message: Message, request: list[Message]) -> Message:
         if all(c.id for c in message.tool_calls):
             return message
+        # The id is a digest of the whole request, not of its length: a compacted view has the
+        # same length again and again, while no two calls of a thread see the same request.
+        h = hashlib.sha256(b"tulip_nb scripted call ids\n")
+        for m in request:
+            h.update(hashlib.sha256(m.json_bytes()).digest())
+        seen = {c.id for m in request for c in m.tool_calls}
         calls = []
         for i, call in enumerate(message.tool_calls):
             if not call.id:
-                seed = f"{len(request)}:{i}:{call.name}".encode()
-                call = call.model_copy(update={"id": "call_" + hashlib.sha256(seed).hexdigest()[:12]})
+                k = h.copy()
+                k.update(f"{i}:{call.name}".encode())
+                new_id = "call_" + k.hexdigest()[:12]
+                while new_id in seen:  # never repeat an id the model can still see
+                    k.update(b"+")
+                    new_id = "call_" + k.hexdigest()[:12]
+                seen.add(new_id)
+                call = call.model_copy(update={"id": new_id})
             calls.append(call)
         return message.model_copy(update={"tool_calls": calls})
 
