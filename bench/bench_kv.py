@@ -37,6 +37,8 @@ def opensearch_url() -> str:
         atexit.register(stop_emulator, proc)
         _OPENSEARCH.append(url)
     return _OPENSEARCH[0]
+
+
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 MYSQL_DSN = "mysql://root@127.0.0.1:3306/test"
 
@@ -78,9 +80,14 @@ async def raw_floor(kind: str, name: str, payload: bytes, repeats: int) -> float
         try:
             await conn.execute(f"CREATE TABLE {name}_raw (k TEXT PRIMARY KEY, data JSONB)")
             text = payload.decode()
-            return await timed(lambda: conn.execute(
-                f"INSERT INTO {name}_raw VALUES ($1, $2::jsonb) ON CONFLICT (k) DO UPDATE SET data = EXCLUDED.data",
-                "k", text), repeats)
+            return await timed(
+                lambda: conn.execute(
+                    f"INSERT INTO {name}_raw VALUES ($1, $2::jsonb) ON CONFLICT (k) DO UPDATE SET data = EXCLUDED.data",
+                    "k",
+                    text,
+                ),
+                repeats,
+            )
         finally:
             await conn.execute(f"DROP TABLE IF EXISTS {name}_raw")
             await conn.close()
@@ -91,9 +98,12 @@ async def raw_floor(kind: str, name: str, payload: bytes, repeats: int) -> float
     try:
         await cur.execute(f"CREATE TABLE {name}_raw (k VARCHAR(64) PRIMARY KEY, data JSON) DEFAULT CHARSET=utf8mb4")
         text = payload.decode()
-        return await timed(lambda: cur.execute(
-            f"INSERT INTO {name}_raw VALUES (%s, %s) ON DUPLICATE KEY UPDATE data = VALUES(data)", ("k", text)),
-            repeats)
+        return await timed(
+            lambda: cur.execute(
+                f"INSERT INTO {name}_raw VALUES (%s, %s) ON DUPLICATE KEY UPDATE data = VALUES(data)", ("k", text)
+            ),
+            repeats,
+        )
     finally:
         await cur.execute(f"DROP TABLE IF EXISTS {name}_raw")
         await cur.close()
@@ -109,16 +119,24 @@ def checkpointers(kind: str, name: str) -> tuple[Any, Any]:
         from tulip_nb.memory.backends import opensearch_checkpointer
 
         url = opensearch_url()
-        return (opensearch_checkpointer(hosts=[url], index_name=name),
-                tb.opensearch_checkpointer(hosts=[url], index_name=name + "-t", use_ssl=False))
+        return (
+            opensearch_checkpointer(hosts=[url], index_name=name),
+            tb.opensearch_checkpointer(hosts=[url], index_name=name + "-t", use_ssl=False),
+        )
     if kind == "redis":
-        return (redis_checkpointer(url=REDIS_URL, prefix=name + ":"),
-                tb.redis_checkpointer(url=REDIS_URL, prefix=name + "t:"))
+        return (
+            redis_checkpointer(url=REDIS_URL, prefix=name + ":"),
+            tb.redis_checkpointer(url=REDIS_URL, prefix=name + "t:"),
+        )
     if kind == "postgresql":
-        return (postgresql_checkpointer(dsn=PG_DSN, table_name=name),
-                tb.postgresql_checkpointer(dsn=PG_DSN, table_name=name + "_t"))
-    return (mysql_checkpointer(dsn=MYSQL_DSN, table_name=name, ssl_disabled=True),
-            tb.mysql_checkpointer(dsn=MYSQL_DSN + "?ssl_disabled=1", table_name=name + "_t"))
+        return (
+            postgresql_checkpointer(dsn=PG_DSN, table_name=name),
+            tb.postgresql_checkpointer(dsn=PG_DSN, table_name=name + "_t"),
+        )
+    return (
+        mysql_checkpointer(dsn=MYSQL_DSN, table_name=name, ssl_disabled=True),
+        tb.mysql_checkpointer(dsn=MYSQL_DSN + "?ssl_disabled=1", table_name=name + "_t"),
+    )
 
 
 async def cleanup(kind: str, name: str) -> None:
@@ -160,14 +178,22 @@ async def measure(kind: str, n: int, repeats: int) -> dict[str, float]:
             theirs._backend._client = None
         await theirs.close()
         await cleanup(kind, name)
-    return {"save ours": o_save, "save tulip": t_save, "floor": floor, "load ours": o_load, "load tulip": t_load,
-            "KiB": len(state_json_bytes(state)) / 1024}
+    return {
+        "save ours": o_save,
+        "save tulip": t_save,
+        "floor": floor,
+        "load ours": o_load,
+        "load tulip": t_load,
+        "KiB": len(state_json_bytes(state)) / 1024,
+    }
 
 
 async def bench(kind: str, n: int, repeats: int) -> list[str]:
     r = await measure(kind, n, repeats)
-    return [f"| {kind} | {n} | {r['KiB']:,.0f} | {r['save ours']:.2f} | {r['save tulip']:.2f} | {r['floor']:.2f} "
-            f"| {r['save ours'] / r['floor']:.1f}x | {r['load ours']:.2f} | {r['load tulip']:.2f} |"]
+    return [
+        f"| {kind} | {n} | {r['KiB']:,.0f} | {r['save ours']:.2f} | {r['save tulip']:.2f} | {r['floor']:.2f} "
+        f"| {r['save ours'] / r['floor']:.1f}x | {r['load ours']:.2f} | {r['load tulip']:.2f} |"
+    ]
 
 
 async def main() -> None:

@@ -59,8 +59,11 @@ def checkpoint_server() -> Iterator[str]:
     from tulip_nb.server import checkpoint_app
 
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(checkpoint_app(MemoryCheckpointer()), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            checkpoint_app(MemoryCheckpointer()), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
@@ -108,17 +111,23 @@ async def bench_s3(url: str, repeats: int) -> list[tuple[str, int, dict[str, flo
             def get_raw(key: str = raw_key) -> Awaitable[Any]:
                 return asyncio.to_thread(lambda: raw.get_object(Bucket=bucket, Key=key)["Body"].read())
 
-            saves = await interleaved({
-                "tulip_nb": lambda s=state, t=ours_t: ours.save(s, t),
-                "tulip-agents": lambda s=t_state, t=theirs_t: theirs.save(s, t),
-                "raw PUT": put_raw,
-            }, repeats)
+            saves = await interleaved(
+                {
+                    "tulip_nb": lambda s=state, t=ours_t: ours.save(s, t),
+                    "tulip-agents": lambda s=t_state, t=theirs_t: theirs.save(s, t),
+                    "raw PUT": put_raw,
+                },
+                repeats,
+            )
             rows.append(("S3 save", n, saves))
-            loads = await interleaved({
-                "tulip_nb": lambda t=ours_t: ours.load(t),
-                "tulip-agents": lambda t=theirs_t: theirs.load(t),
-                "raw PUT": get_raw,
-            }, repeats)
+            loads = await interleaved(
+                {
+                    "tulip_nb": lambda t=ours_t: ours.load(t),
+                    "tulip-agents": lambda t=theirs_t: theirs.load(t),
+                    "raw PUT": get_raw,
+                },
+                repeats,
+            )
             rows.append(("S3 load", n, loads))
     finally:
         await ours.close()
@@ -139,15 +148,21 @@ async def bench_http(url: str, repeats: int) -> list[tuple[str, int, dict[str, f
             for n in SIZES:
                 state = build_state(n)
                 t_state = to_tulip_state(state)
-                saves = await interleaved({
-                    "tulip_nb": lambda s=state, n=n: ours.save(s, f"ours-{n}"),
-                    "tulip-agents": lambda s=t_state, n=n: theirs.save(s, f"tulip-{n}"),
-                }, repeats)
+                saves = await interleaved(
+                    {
+                        "tulip_nb": lambda s=state, n=n: ours.save(s, f"ours-{n}"),
+                        "tulip-agents": lambda s=t_state, n=n: theirs.save(s, f"tulip-{n}"),
+                    },
+                    repeats,
+                )
                 rows.append(("HTTP save", n, saves))
-                loads = await interleaved({
-                    "tulip_nb": lambda n=n: ours.load(f"ours-{n}"),
-                    "tulip-agents": lambda n=n: theirs.load(f"tulip-{n}"),
-                }, repeats)
+                loads = await interleaved(
+                    {
+                        "tulip_nb": lambda n=n: ours.load(f"ours-{n}"),
+                        "tulip-agents": lambda n=n: theirs.load(f"tulip-{n}"),
+                    },
+                    repeats,
+                )
                 rows.append(("HTTP load", n, loads))
         finally:
             await theirs.close()

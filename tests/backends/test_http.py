@@ -143,11 +143,13 @@ async def test_plain_tulip_protocol_server_has_no_extensions() -> None:
             return JSONResponse({"detail": "nope"}, 404)
         return JSONResponse(saved[cid]["state"])  # a bare state, as the protocol allows
 
-    app = Starlette(routes=[
-        Route("/threads/{tid}/checkpoints", post, methods=["POST"]),
-        Route("/threads/{tid}/checkpoints", listing, methods=["GET"]),
-        Route("/threads/{tid}/checkpoints/{cid}", get, methods=["GET"]),
-    ])
+    app = Starlette(
+        routes=[
+            Route("/threads/{tid}/checkpoints", post, methods=["POST"]),
+            Route("/threads/{tid}/checkpoints", listing, methods=["GET"]),
+            Route("/threads/{tid}/checkpoints/{cid}", get, methods=["GET"]),
+        ]
+    )
     with serve_app(app) as url:
         async with HTTPCheckpointer(url) as cp:
             assert cp.capabilities.enabled() == []

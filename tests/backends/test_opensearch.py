@@ -51,8 +51,15 @@ async def raw_docs(url: str, index: str, prefix: str) -> dict[str, dict[str, Any
 
     client = AsyncOpenSearch(hosts=[url])
     try:
-        resp = await client.search(index=index, body={"size": 1000, "version": True, "seq_no_primary_term": True,
-                                                      "query": {"prefix": {"thread_id": prefix}}})
+        resp = await client.search(
+            index=index,
+            body={
+                "size": 1000,
+                "version": True,
+                "seq_no_primary_term": True,
+                "query": {"prefix": {"thread_id": prefix}},
+            },
+        )
     finally:
         await client.close()
     return {h["_id"]: h for h in resp["hits"]["hits"]}

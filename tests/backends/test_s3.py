@@ -140,8 +140,9 @@ async def test_a_stale_pointer_written_by_tulip_loses_to_created_at(s3: Any, raw
 async def test_dangling_pointer_falls_back_to_created_at(s3: Any, raw: Any, bucket: str) -> None:
     a = await s3.save(full_state(marker="a"), "t")
     b = await s3.save(full_state(marker="b"), "t")
-    raw.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": f"tulip/checkpoints/t/{b}{s}"} for s in
-                                                          (".json", ".meta.json")]})  # e.g. expired
+    raw.delete_objects(
+        Bucket=bucket, Delete={"Objects": [{"Key": f"tulip/checkpoints/t/{b}{s}"} for s in (".json", ".meta.json")]}
+    )  # e.g. expired
     ckpt = await s3.load_checkpoint("t")
     assert ckpt is not None and ckpt.checkpoint_id == a
     assert (await s3.load("t")).messages[1].content == "question 0 a"  # type: ignore[union-attr]
@@ -169,8 +170,9 @@ async def test_copy_rewrites_thread_id(s3: Any, raw: Any, bucket: str) -> None:
 async def test_outage_raises_backend_unavailable() -> None:
     from tulip_nb.memory.backends.s3 import S3Backend
 
-    cp = S3Backend("nobucket", endpoint_url=f"http://127.0.0.1:{free_port()}", max_attempts=1,
-                   connect_timeout=1, **S3_CREDENTIALS)
+    cp = S3Backend(
+        "nobucket", endpoint_url=f"http://127.0.0.1:{free_port()}", max_attempts=1, connect_timeout=1, **S3_CREDENTIALS
+    )
     try:
         for call in (cp.load("t"), cp.list_checkpoints("t"), cp.save(full_state(), "t"), cp.list_threads()):
             with pytest.raises(BackendUnavailable, match="S3Backend") as err:
@@ -191,8 +193,12 @@ async def test_missing_bucket_is_an_error_not_an_empty_thread() -> None:
 
 async def test_configure_lifecycle(s3: Any, raw: Any, bucket: str) -> None:
     await s3.save(full_state(), "t")
-    raw.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [
-        {"ID": "other", "Filter": {"Prefix": "logs/"}, "Status": "Enabled", "Expiration": {"Days": 7}}]})
+    raw.put_bucket_lifecycle_configuration(
+        Bucket=bucket,
+        LifecycleConfiguration={
+            "Rules": [{"ID": "other", "Filter": {"Prefix": "logs/"}, "Status": "Enabled", "Expiration": {"Days": 7}}]
+        },
+    )
     rule = await s3.configure_lifecycle(days_until_archive=30, days_until_delete=365)
     rules = {r["ID"]: r for r in raw.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]}
     assert set(rules) == {"other", "tulip_nb:tulip/checkpoints/"}

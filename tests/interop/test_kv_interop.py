@@ -25,9 +25,7 @@ from ..backends.factories.kv import (
     drop_redis_prefix,
 )
 
-tulip_backends = pytest.importorskip(
-    "tulip.memory.backends", reason="tulip-agents (the interop peer) is not installed"
-)
+tulip_backends = pytest.importorskip("tulip.memory.backends", reason="tulip-agents (the interop peer) is not installed")
 tulip_state = pytest.importorskip("tulip.core.state")
 
 pytestmark = pytest.mark.interop
@@ -85,9 +83,7 @@ async def test_we_read_what_tulip_writes(both: tuple[Any, Any]) -> None:
     assert older is not None and older.metadata == {"step": 1}
     # everything tulip wrote arrives: compare against the raw JSON tulip put in the store
     written = as_tulip(state).to_checkpoint()
-    assert orjson.loads(older.state.to_json_bytes()) == orjson.loads(
-        AgentState.model_validate(written).to_json_bytes()
-    )
+    assert orjson.loads(older.state.to_json_bytes()) == orjson.loads(AgentState.model_validate(written).to_json_bytes())
     latest = await ours.load("user/42:chat #1")
     assert latest is not None and latest.messages[1].content == "question 0 z"
     # and we can continue the thread tulip started

@@ -17,9 +17,7 @@ from tulip_nb.core import AgentState
 from ..backends.conformance import full_state
 from ..backends.factories.opensearch import drop_index, new_index, opensearch_url
 
-tulip_backends = pytest.importorskip(
-    "tulip.memory.backends", reason="tulip-agents (the interop peer) is not installed"
-)
+tulip_backends = pytest.importorskip("tulip.memory.backends", reason="tulip-agents (the interop peer) is not installed")
 tulip_state = pytest.importorskip("tulip.core.state")
 
 pytestmark = [pytest.mark.interop, pytest.mark.service("opensearch")]
@@ -56,9 +54,7 @@ async def test_we_read_what_tulip_writes(both: tuple[Any, Any]) -> None:
     older = await ours.load_checkpoint(TID, first)
     assert older is not None and older.metadata == {"step": 1}
     written = as_tulip(state).to_checkpoint()
-    assert orjson.loads(older.state.to_json_bytes()) == orjson.loads(
-        AgentState.model_validate(written).to_json_bytes()
-    )
+    assert orjson.loads(older.state.to_json_bytes()) == orjson.loads(AgentState.model_validate(written).to_json_bytes())
     latest = await ours.load(TID)
     assert latest is not None and latest.messages[1].content == "question 0 z"
     # our queries reach tulip's documents too (data_json / metadata fall-backs)

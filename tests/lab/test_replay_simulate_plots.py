@@ -107,7 +107,7 @@ def test_simulator_matches_the_recorded_compaction_events(recorded: Recorded) ->
     assert list(fired["iteration"]) == [e["iteration"] for e in events]
     assert list(fired["context_tokens"]) == [e["tokens_after"] for e in events]
     # per call, what the simulator says the model saw == the views rebuilt from the recorded events
-    usage = t.usage(tools=[lookup_order.schema()])
+    usage = t.usage_for([lookup_order.schema()])
     assert list(sim["context_tokens"]) == list(usage["context_tokens"])
     assert list(sim["full_tokens"]) == list(usage["full_tokens"])
     # the fast path agrees with sending every call to the manager
@@ -164,7 +164,7 @@ def test_plots_render_to_png_without_a_display(recorded: Recorded) -> None:
     assert to_png(plot_composition(sim, "a")).startswith(PNG)
     grid = compaction_grid(recorded.thread, context_length=1500, trigger_fractions=(0.7,), tail_token_fractions=(0.4,))
     assert to_png(plot_sweep(grid)).startswith(PNG)
-    assert to_png(plot_token_usage(recorded.thread.usage(), trigger_tokens=1200)).startswith(PNG)
+    assert to_png(plot_token_usage(recorded.thread.usage, trigger_tokens=1200)).startswith(PNG)
     with pytest.raises(UserError, match="configs"):
         plot_token_usage(sim)
     import matplotlib

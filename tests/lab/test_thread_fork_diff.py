@@ -34,7 +34,7 @@ def test_thread_frames(recorded: Recorded) -> None:
     assert df["checkpoint"][4] == ck["id"][0] and df["checkpoint"][5] == ck["id"][1]
     assert df["checkpoint"].iloc[-1] == ck["id"].iloc[-1]
     assert t.model_view(5) == model_view(t.state(), call=5)
-    assert len(t.events()) >= 1  # compaction fired in the recording
+    assert len(t.events) >= 1  # compaction fired in the recording
     rows = threads(recorded.cp)
     assert list(rows["thread_id"]) == [THREAD] and rows["messages"][0] == len(msgs)
 
@@ -93,9 +93,9 @@ def test_fork_then_diff_reports_the_edit_and_what_followed(recorded: Recorded) -
     assert len(frame) == len(d.changes) and frame["kind"][0] == "changed"
     html = d._repr_html_()
     assert "&lt;urgently&gt; &amp; now" in html and "<urgently>" not in html
-    lineage = t.lineage()
+    lineage = t.lineage
     assert list(lineage["thread_id"]) == ["what-if"] and lineage["relation"][0] == "fork"
-    assert b.lineage()["relation"][0] == "parent"
+    assert b.lineage["relation"][0] == "parent"
 
 
 def test_diff_without_lineage_uses_common_prefix() -> None:

@@ -378,5 +378,5 @@ class TurnRunner:
         await emit(
             self.agent.hooks,
             "on_tool_call",
-            ToolCalled(self.thread_id, state.iteration, call, ex.result, error, cache_hit, duration),
+            ToolCalled(self.thread_id, state.iteration, call, ex.result, error, cache_hit, duration, position),
         )

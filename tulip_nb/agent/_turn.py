@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from tulip_nb.core._time import utcnow
-from tulip_nb.core.calls import CallRef, block_end, results_of, unanswered_calls
+from tulip_nb.core.calls import POSITION_KEY, CallRef, block_end, execution_position, results_of, unanswered_calls
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
 
@@ -144,6 +144,22 @@ def _default(name: str) -> Any:
     return AgentState.model_fields[name].get_default(call_default_factory=True)
 
 
+def _turn_defaults() -> dict[str, Any]:
+    """Fresh defaults of the per-turn fields (pydantic's ``get_default`` inspects the factory's
+    signature on every call: ~2 ms a turn, so the factories are looked up once)."""
+    makers = _DEFAULT_MAKERS
+    if not makers:
+        for name in PER_TURN_FIELDS:
+            f = AgentState.model_fields[name]
+            factory = f.default_factory
+            value = f.default
+            makers[name] = factory if factory is not None else (lambda v=value: v)
+    return {name: make() for name, make in makers.items()}
+
+
+_DEFAULT_MAKERS: dict[str, Any] = {}
+
+
 def start_turn(
     existing: AgentState | None,
     prompt: str,
@@ -172,7 +188,7 @@ def start_turn(
     merged = {**(existing.metadata if existing else {}), **(metadata or {})}
     merged.pop(ITER_KEY, None)  # the ids of the previous turn's mid-turn saves
     base = existing if existing is not None else AgentState()
-    update: dict[str, Any] = {name: _default(name) for name in PER_TURN_FIELDS}
+    update: dict[str, Any] = _turn_defaults()
     update.update(
         run_id=_default("run_id"),
         messages=messages,
@@ -212,19 +228,6 @@ def render_result(result: Any) -> str:
     if isinstance(result, str):
         return result
     return orjson.dumps(result, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
-
-
-POSITION_KEY = "tulip_nb_call"
-"""Extra key of a :class:`ToolExecution` this agent recorded: ``[message index, call index]``, the
-call's identity (:mod:`tulip_nb.core.calls`); tulip ignores it."""
-
-
-def execution_position(ex: ToolExecution) -> CallRef | None:
-    """The call position an execution was recorded for (None: recorded by another SDK)."""
-    raw = (ex.__pydantic_extra__ or {}).get(POSITION_KEY)
-    if isinstance(raw, list | tuple) and len(raw) == 2 and all(type(x) is int for x in raw):
-        return (raw[0], raw[1])
-    return None
 
 
 def find_idempotent_result(state: AgentState, tool_name: str, arguments: dict[str, Any]) -> tuple[bool, Any]:

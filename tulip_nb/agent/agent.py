@@ -24,8 +24,11 @@ before it pauses on an interrupt; with ``checkpoint_every_n_iterations=N`` also 
 iteration that executed tools. A run continued with :meth:`Agent.resume` saves when it finishes,
 raises or pauses again. Every save records its parent checkpoint (lineage).
 
-Sync use: :meth:`run_sync` / ``agent("...")`` work in scripts *and* in notebook cells (a running
-event loop) without ``nest_asyncio``. Stepping: ``async for step in agent.iterate(...)``.
+Sync use: one rule, ``x`` is async and ``x_sync`` its sync twin — :meth:`run_sync`,
+:meth:`resume_sync`, :meth:`fork_sync`, :meth:`get_state_sync`, :meth:`get_state_history_sync`,
+:meth:`update_state_sync` — and ``agent("...")`` is ``run_sync``; they work in scripts *and* in
+notebook cells (a running event loop) without ``nest_asyncio``. Stepping:
+``async for step in agent.iterate(...)``.
 """
 
 from __future__ import annotations
@@ -350,6 +353,10 @@ class Agent(AgentBase):
             raise CheckpointNotFound("thread has no checkpoints", thread_id=thread_id)
         return state
 
+    def get_state_sync(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState:
+        """:meth:`get_state` from sync code (works inside a running loop too)."""
+        return run_sync(self.get_state(thread_id, checkpoint_id))
+
     async def get_state_history(self, thread_id: str, limit: int = 10) -> list[Checkpoint]:
         """The thread's checkpoints, newest first, each with its state and save metadata."""
         cp = self._require_checkpointer("get_state_history")
@@ -359,6 +366,10 @@ class Agent(AgentBase):
             if ckpt is not None:
                 out.append(ckpt)
         return out
+
+    def get_state_history_sync(self, thread_id: str, limit: int = 10) -> list[Checkpoint]:
+        """:meth:`get_state_history` from sync code (works inside a running loop too)."""
+        return run_sync(self.get_state_history(thread_id, limit=limit))
 
     async def fork(self, thread_id: str, checkpoint_id: str | None = None, new_thread_id: str | None = None) -> str:
         """Copy one checkpoint (default: the latest) into a new thread and return its id.
@@ -385,6 +396,10 @@ class Agent(AgentBase):
         )
         return new_id
 
+    def fork_sync(self, thread_id: str, checkpoint_id: str | None = None, new_thread_id: str | None = None) -> str:
+        """:meth:`fork` from sync code (works inside a running loop too); returns the new thread id."""
+        return run_sync(self.fork(thread_id, checkpoint_id, new_thread_id))
+
     async def update_state(
         self, thread_id: str, messages: Iterable[Any] | None = None, metadata: dict[str, Any] | None = None
     ) -> str:
@@ -409,6 +424,12 @@ class Agent(AgentBase):
             CheckpointSaved(thread_id, cid, "update", state.iteration, len(state.messages)),
         )
         return cid
+
+    def update_state_sync(
+        self, thread_id: str, messages: Iterable[Any] | None = None, metadata: dict[str, Any] | None = None
+    ) -> str:
+        """:meth:`update_state` from sync code (works inside a running loop too)."""
+        return run_sync(self.update_state(thread_id, messages, metadata))
 
     def clone(self, *, hooks: Sequence[Any] = (), strict_concurrency: bool | None = None) -> Agent:
         """A twin for one concurrent caller: same model, tools, prompt and checkpointer; its own

@@ -82,6 +82,8 @@ class ToolCalled:
     error: str | None
     cache_hit: bool
     duration_ms: float
+    position: tuple[int, int] | None = None
+    """The call's identity: ``(assistant message index, call index)`` (ids are not unique)."""
 
 
 @dataclass(frozen=True)

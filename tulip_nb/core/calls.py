@@ -28,14 +28,20 @@ The ids are kept and sent back to the provider exactly as it issued them; they o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tulip_nb.core.messages import Message
 
+if TYPE_CHECKING:
+    from tulip_nb.core.state import ToolExecution
+
 __all__ = [
+    "POSITION_KEY",
     "CallRef",
     "answered_by",
     "block_end",
     "call_results",
+    "execution_position",
     "pair_block",
     "results_of",
     "unanswered_calls",
@@ -121,3 +127,16 @@ def call_results(messages: Sequence[Message]) -> dict[CallRef, int]:
 def unanswered_calls(messages: Sequence[Message], i: int) -> list[int]:
     """Indices ``k`` of the calls of ``messages[i]`` that have no result in its block."""
     return [k for k, t in enumerate(results_of(messages, i)) if t is None]
+
+
+POSITION_KEY = "tulip_nb_call"
+"""Extra key of a :class:`~tulip_nb.core.state.ToolExecution` tulip_nb recorded: ``[i, k]``, the
+call's position (its identity); tulip ignores it and keeps it on round trip."""
+
+
+def execution_position(ex: ToolExecution) -> CallRef | None:
+    """The call position an execution was recorded for (None: recorded by another SDK)."""
+    raw = (ex.__pydantic_extra__ or {}).get(POSITION_KEY)
+    if isinstance(raw, list | tuple) and len(raw) == 2 and all(type(x) is int for x in raw):
+        return (raw[0], raw[1])
+    return None

@@ -10,6 +10,10 @@
     │   ├── CheckpointCorrupt        stored bytes that do not decode to a checkpoint
     │   └── CheckpointConflict       compare-and-swap lost: the thread moved on
     ├── BackendUnavailable           the store could not be reached or refused the I/O
+    ├── ContextWindowExceeded        a request cannot fit the model's context window: what must be
+    │                                kept does not fit (raised by a manager before the model is
+    │                                called; the provider's report, models.base.ContextWindowExceeded,
+    │                                is a subclass)
     └── CapabilityNotSupported       an optional operation this backend does not offer
                                      (also a ``NotImplementedError``)
 
@@ -28,6 +32,7 @@ __all__ = [
     "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointNotFound",
+    "ContextWindowExceeded",
     "InvalidThreadId",
     "TulipNBError",
     "UserError",
@@ -111,6 +116,57 @@ class BackendUnavailable(TulipNBError, OSError):
 
     Never turned into "no thread": a storage outage is an error.
     """
+
+
+class ContextWindowExceeded(TulipNBError):
+    """A request does not fit the model's context window.
+
+    A token-aware conversation manager raises it before the model is called, when what it must
+    keep (the system prompt, the protected head, the current turn's user message and its newest
+    unit: see :mod:`tulip_nb.memory.compactor`) cannot fit; the message names the numbers:
+
+    - ``tokens_needed``: prompt tokens of the smallest view the manager may send;
+    - ``window``: the limit it had to meet (the context length, or less after an overflow report);
+    - ``largest``: the largest message of that view, ``(index in the thread, role, tokens)``.
+
+    The provider's own report of an overflow (:class:`tulip_nb.models.base.ContextWindowExceeded`)
+    is a subclass, so ``except ContextWindowExceeded`` (this class) catches both; any of the three
+    may then be ``None`` (the provider did not say).
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        tokens_needed: int | None = None,
+        window: int | None = None,
+        largest: tuple[int, str, int] | None = None,
+        **context: Any,
+    ) -> None:
+        self.tokens_needed = tokens_needed
+        self.window = window
+        self.largest = largest
+        parts = []
+        if tokens_needed is not None:
+            parts.append(f"needs {tokens_needed:,} tokens")
+        if window is not None:
+            parts.append(f"window {window:,} tokens")
+        if largest is not None:
+            index, role, tokens = largest
+            parts.append(f"largest message #{index} ({role}, {tokens:,} tokens)")
+        text = message or "the request does not fit the model's context window"
+        super().__init__(f"{text}: {'; '.join(parts)}" if parts else text, **context)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only arguments do not survive Exception's default pickling; keep every attribute.
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[BaseException], args: tuple[Any, ...], attrs: dict[str, Any]) -> BaseException:
+    err = cls.__new__(cls)
+    BaseException.__init__(err, *args)
+    err.__dict__.update(attrs)
+    return err
 
 
 class CapabilityNotSupported(TulipNBError, NotImplementedError):

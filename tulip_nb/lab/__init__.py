@@ -40,6 +40,7 @@ _LAZY: dict[str, str] = {
     "summarize_simulation": "tulip_nb.lab.simulate",
     "length_summarizer": "tulip_nb.lab.simulate",
     "plot_token_usage": "tulip_nb.lab.plots",
+    "InlineFigure": "tulip_nb.lab.plots",
     "plot_composition": "tulip_nb.lab.plots",
     "plot_sweep": "tulip_nb.lab.plots",
     "to_png": "tulip_nb.lab.plots",

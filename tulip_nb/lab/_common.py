@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import html
+import json
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -17,6 +19,7 @@ __all__ = [
     "Edit",
     "apply_edit",
     "call_text",
+    "canonical_json",
     "esc",
     "message_key",
     "run",
@@ -58,9 +61,46 @@ def call_text(msg: Message) -> str:
     return "; ".join(parts)
 
 
+_BIG = 2**63
+
+
+def _normal(value: Any) -> Any:
+    """``value`` with numbers as parsed values: an integral float is its int, an int beyond 64 bits
+    a float (what a JSON parser without big ints makes of it), so ``1.0 == 1`` as in Python."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and -_BIG < value < _BIG else value
+    if isinstance(value, int):
+        return value if -_BIG < value < _BIG else float(value)
+    if isinstance(value, dict):
+        return {str(k): _normal(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normal(v) for v in value]
+    return value
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical JSON of a JSON value: keys sorted at every level, numbers as parsed values
+    (see :func:`_normal`). Two values are equal for the lab (diff, export verification) when these
+    bytes are: a copy whose store reordered keys (PostgreSQL ``jsonb``) or respelled numbers
+    equals its source."""
+    data = _normal(value)
+    try:
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS, default=str)
+    except (orjson.JSONEncodeError, TypeError):  # e.g. a NaN/inf spelled by another serialiser
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+
+
 def message_key(msg: Message) -> bytes:
-    """What makes two messages "the same" in a diff: their JSON (cached on the message)."""
-    return msg.json_bytes()
+    """What makes two messages "the same" in a diff: the sha256 of their canonical JSON
+    (:func:`canonical_json`), independent of the key order and number spelling of the store."""
+    raw = msg.json_bytes()
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        value = json.loads(raw)
+    return hashlib.sha256(canonical_json(value)).digest()
 
 
 def _edited(msg: Message, how: Any, where: str) -> Message:

@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb.agent import Agent
 from tulip_nb.agent._loop import snapshot
 from tulip_nb.agent._turn import RUN_KEY
+from tulip_nb.core.calls import POSITION_KEY, CallRef, answered_by, execution_position
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
 from tulip_nb.core.messages import Message
-from tulip_nb.core.state import AgentState
-from tulip_nb.lab._common import FORK_INDEX_KEY, Edit, apply_edit, run
+from tulip_nb.core.state import AgentState, ToolExecution
+from tulip_nb.lab._common import FORK_INDEX_KEY, Edit, apply_edit, run, short
 from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.memory._events import EVENTS_KEY, STATE_KEY
 from tulip_nb.memory._history import fingerprint
@@ -42,17 +43,54 @@ from tulip_nb.tools import Tool
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["afork", "asweep", "branch_state", "fork", "save_branch", "sweep"]
+__all__ = ["afork", "asweep", "branch_state", "fork", "save_branch", "sweep", "turn_executions"]
 
 VARIANT_KEYS = frozenset({"model", "system_prompt", "edit", "conversation_manager", "tool_override"})
 
 
-def branch_state(state: AgentState, messages: list[Message]) -> AgentState:
+def turn_executions(
+    executions: list[ToolExecution], messages: list[Message], start: int, shift: int = 0
+) -> list[ToolExecution]:
+    """The executions (in their order) of the calls answered in ``messages[start:]``, by position.
+
+    An execution this toolkit recorded names its call's position (``tulip_nb_call``, plus
+    ``shift`` when messages were inserted before it); it is kept when that call is answered in
+    ``messages`` and is the same tool. One another SDK recorded (no position) is matched to a still
+    unclaimed answered call of the turn with its id and tool name, in order. Ids alone never decide:
+    providers reuse them.
+    """
+    answered = [ref for ref in answered_by(messages, start) if ref is not None]
+    known = set(answered)
+    claimed: set[CallRef] = set()
+    keep: dict[int, ToolExecution] = {}
+    loose: list[int] = []
+    for n, ex in enumerate(executions):
+        pos = execution_position(ex)
+        if pos is None:
+            loose.append(n)
+            continue
+        ref = (pos[0] + shift, pos[1])
+        if ref in known and ref not in claimed and messages[ref[0]].tool_calls[ref[1]].name == ex.tool_name:
+            claimed.add(ref)
+            keep[n] = ex if not shift else ex.model_copy(update={POSITION_KEY: list(ref)})
+    for n in loose:
+        ex = executions[n]
+        for ref in answered:
+            call = messages[ref[0]].tool_calls[ref[1]]
+            if ref not in claimed and call.id == ex.tool_call_id and call.name == ex.tool_name:
+                claimed.add(ref)
+                keep[n] = ex
+                break
+    return [keep[n] for n in sorted(keep)]
+
+
+def branch_state(state: AgentState, messages: list[Message], *, shift: int = 0) -> AgentState:
     """A copy of ``state`` holding ``messages``, ready to continue as a branch.
 
     Compaction events that do not describe a prefix of ``messages`` are dropped, as is the
     manager's saved plan when it no longer applies; an unfinished turn is marked ``running`` so
-    ``agent.resume(thread_id=...)`` continues it.
+    ``agent.resume(thread_id=...)`` continues it. ``shift``: messages inserted before the
+    history (a system prompt a sweep variant adds), so recorded call positions move by that much.
     """
     new = snapshot(state)
     new.messages = list(messages)
@@ -75,8 +113,7 @@ def branch_state(state: AgentState, messages: list[Message]) -> AgentState:
     start = max((i for i, m in enumerate(messages) if m.role == "user"), default=0)
     turn = messages[start:]
     new.iteration = sum(1 for m in turn if m.role == "assistant")
-    ids = {m.tool_call_id for m in turn if m.role == "tool"}
-    new.tool_executions = [ex for ex in new.tool_executions if ex.tool_call_id in ids]
+    new.tool_executions = turn_executions(new.tool_executions, messages, start, shift)
     new.tool_history = [ex.tool_name for ex in new.tool_executions]
     new.reasoning_steps = [r for r in new.reasoning_steps if r.iteration <= new.iteration]
     last = messages[-1] if messages else None
@@ -177,10 +214,29 @@ def _variant_agent(base: Agent | None, spec: Mapping[str, Any], name: str, cp: A
     )
 
 
+Variants = Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]]
+"""Sweep variants: ``{name: spec}``, or a list of specs (named ``"<index>: <key=value, ...>"``)."""
+
+
+def _named_variants(variants: Variants) -> dict[str, Mapping[str, Any]]:
+    """``{name: spec}`` of a dict or a list of variant specs (a list's are named by index and content)."""
+    if isinstance(variants, Mapping):
+        return {str(k): v for k, v in variants.items()}
+    if isinstance(variants, (str, bytes)) or not isinstance(variants, Sequence):
+        raise UserError(f"variants must be {{name: spec}} or a list of specs, got {type(variants).__name__}")
+    out: dict[str, Mapping[str, Any]] = {}
+    for i, spec in enumerate(variants):
+        if not isinstance(spec, Mapping):
+            raise UserError(f"variant {i} must be a dict like {{'model': ...}}, got {type(spec).__name__}")
+        shown = ", ".join(f"{k}={getattr(v, '__name__', None) or repr(v)}" for k, v in spec.items())
+        out[f"{i}: {short(shown, 60)}" if shown else str(i)] = spec
+    return out
+
+
 async def asweep(
     thread: Thread,
     at: str | int,
-    variants: Mapping[str, Mapping[str, Any]],
+    variants: Variants,
     *,
     prompt: str | None = None,
     agent: Agent | None = None,
@@ -191,6 +247,7 @@ async def asweep(
 
     if concurrency < 1:
         raise UserError(f"concurrency must be at least 1, got {concurrency}")
+    variants = _named_variants(variants)
     agents = {name: _variant_agent(agent, spec, name, thread.checkpointer) for name, spec in variants.items()}
     state, index, parent = await _point(thread, at)
     gate = asyncio.Semaphore(concurrency)
@@ -198,10 +255,14 @@ async def asweep(
     async def one(name: str) -> dict[str, Any]:
         spec = variants[name]
         msgs, _ = apply_edit(state.messages[: index + 1], spec.get("edit"), index, f"thread {thread.thread_id!r}")
+        shift = 0
         if "system_prompt" in spec and spec["system_prompt"] is not None:
             system = Message.system(spec["system_prompt"])
-            msgs = [system, *msgs[1:]] if msgs and msgs[0].role == "system" else [system, *msgs]
-        branch = branch_state(state, msgs)
+            if msgs and msgs[0].role == "system":
+                msgs = [system, *msgs[1:]]
+            else:
+                msgs, shift = [system, *msgs], 1
+        branch = branch_state(state, msgs, shift=shift)
         row: dict[str, Any] = {
             "variant": name,
             "thread_id": None,
@@ -240,7 +301,7 @@ async def asweep(
 def sweep(
     thread: Thread,
     at: str | int,
-    variants: Mapping[str, Mapping[str, Any]],
+    variants: Variants,
     *,
     prompt: str | None = None,
     agent: Agent | None = None,
@@ -251,6 +312,7 @@ def sweep(
     Each variant (``{"model", "system_prompt", "edit", "conversation_manager", "tool_override"}``,
     all optional; the rest comes from ``agent``) is forked at ``at`` into its own thread, then runs
     ``prompt`` as a new turn (or, without a prompt, continues the unfinished turn at that point).
+    ``variants``: ``{name: spec}``, or a list of specs, named ``"0: model='openai:gpt-4o'"`` etc.
     Columns: variant, thread_id, final_answer, iterations, tool_trajectory, tokens, compactions,
     error (a failed variant is reported, not raised). At most ``concurrency`` run at once.
     """

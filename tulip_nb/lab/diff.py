@@ -3,10 +3,14 @@
 :func:`diff_threads` first looks for the **common ancestor** by lineage (the newest checkpoint
 both threads descend from: a fork's ``forked_from`` / ``parent_checkpoint_id``, a copy's shared
 checkpoint ids); without one it falls back to the longest common message prefix. The
-**divergence point** is the first message index where the histories differ. After it, the two
-tails are aligned (difflib over the messages' JSON) into rows: ``added`` (only in b),
-``removed`` (only in a), ``changed`` (same role at the same place, different content: a text diff,
-tool-call name/argument changes, a tool-result change)::
+**divergence point** is the first message index where the histories differ. Messages are equal
+when their canonical JSON is (keys sorted, numbers as parsed values: :func:`~tulip_nb.lab._common.message_key`),
+so a copy in a store that reorders keys (PostgreSQL ``jsonb``) is identical to its source; threads
+in two checkpointers share lineage through their checkpoint ids (an export keeps them). After the
+divergence point, the two tails are aligned (difflib over those keys) into rows: ``added`` (only in
+b), ``removed`` (only in a), ``changed`` (same role at the same place, different content: a text
+diff, tool-call name/argument changes by call index, a tool-result change; a result answers the
+call at its position, :mod:`tulip_nb.core.calls`, never the call with its id)::
 
     d = diff_threads(original, branch)
     d.divergence_index, d.divergence_call      # message index, model call (0-based)
@@ -21,8 +25,9 @@ import difflib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb.core.calls import CallRef, answered_by
 from tulip_nb.core.messages import Message
-from tulip_nb.lab._common import call_text, esc, message_key, run, short
+from tulip_nb.lab._common import call_text, canonical_json, esc, message_key, run, short
 from tulip_nb.lab.lineage import common_ancestor
 
 if TYPE_CHECKING:
@@ -76,22 +81,43 @@ def _call_changes(a: Message, b: Message) -> list[str]:
         elif x is not None and y is not None:
             if x.name != y.name:
                 out.append(f"tool call {i}: {x.name} -> {y.name}")
-            elif x.arguments != y.arguments or x.malformed_arguments != y.malformed_arguments:
+            elif (
+                canonical_json(x.arguments) != canonical_json(y.arguments)
+                or x.malformed_arguments != y.malformed_arguments
+            ):
                 keys = sorted(set(x.arguments) | set(y.arguments))
-                moved = [k for k in keys if x.arguments.get(k) != y.arguments.get(k)]
+                moved = [k for k in keys if canonical_json(x.arguments.get(k)) != canonical_json(y.arguments.get(k))]
                 out.append(f"{x.name} arguments changed: {', '.join(moved) or 'raw text'}")
     return out
 
 
-def _details(a: Message, b: Message) -> list[str]:
+Answered = tuple[list[Message], list[CallRef | None]]
+"""A thread's messages and, for each, the call it answers (:func:`tulip_nb.core.calls.answered_by`)."""
+
+
+def _answers(side: Answered, i: int) -> tuple[int, str, bytes] | None:
+    """The call ``side``'s message ``i`` answers, as (call index, tool, canonical arguments)."""
+    msgs, refs = side
+    ref = refs[i]
+    if ref is None:
+        return None
+    call = msgs[ref[0]].tool_calls[ref[1]]
+    return ref[1], call.name, canonical_json(call.arguments)
+
+
+def _details(a: Message, b: Message, where: tuple[Answered, int, Answered, int] | None = None) -> list[str]:
     out = []
     if a.content != b.content:
         out.append("tool result changed" if a.role == "tool" else "text changed")
     out += _call_changes(a, b)
     if a.name != b.name:
         out.append(f"name {a.name!r} -> {b.name!r}")
-    if a.tool_call_id != b.tool_call_id and a.role == "tool":
-        out.append("answers another call")
+    if a.role == "tool" and where is not None:
+        side_a, i, side_b, j = where
+        if _answers(side_a, i) != _answers(side_b, j):
+            out.append("answers another call")
+    if a.role == "tool" and a.tool_call_id != b.tool_call_id:
+        out.append(f"call id {a.tool_call_id!r} -> {b.tool_call_id!r}")
     if not out:
         out.append("metadata changed")
     return out
@@ -217,6 +243,8 @@ def _align(
 ) -> list[MessageChange]:
     ka = [message_key(m) for m in a[start:]]
     kb = [message_key(m) for m in b[start:]]
+    side_a: Answered = (a, answered_by(a))
+    side_b: Answered = (b, answered_by(b))
     out: list[MessageChange] = []
     sm = difflib.SequenceMatcher(None, ka, kb, autojunk=False)
     for tag, i1, i2, j1, j2 in sm.get_opcodes():
@@ -225,7 +253,8 @@ def _align(
         i, j = start + i1, start + j1
         ie, je = start + i2, start + j2
         while i < ie and j < je and a[i].role == b[j].role:
-            out.append(MessageChange("changed", i, j, a[i], b[j], counts_a[i], counts_b[j], _details(a[i], b[j])))
+            details = _details(a[i], b[j], (side_a, i, side_b, j))
+            out.append(MessageChange("changed", i, j, a[i], b[j], counts_a[i], counts_b[j], details))
             i, j = i + 1, j + 1
         out += [MessageChange("removed", x, None, a[x], None, counts_a[x], 0) for x in range(i, ie)]
         out += [MessageChange("added", None, y, None, b[y], 0, counts_b[y]) for y in range(j, je)]
@@ -237,11 +266,16 @@ def _final(msgs: list[Message]) -> str:
     return m.content or "" if m is not None else ""
 
 
-async def adiff_threads(a: Thread, b: Thread) -> ThreadDiff:
+async def adiff_threads(a: Thread, b: Thread | str) -> ThreadDiff:
     """Async :func:`diff_threads`."""
-    ancestor = None
-    if a.checkpointer is b.checkpointer:
-        ancestor = await common_ancestor(a.checkpointer, a.thread_id, b.thread_id, a.infos, b.infos)
+    from tulip_nb.lab.thread import Thread, aopen_thread
+
+    if not isinstance(b, Thread):  # a thread id: opened in a's checkpointer (which checks it)
+        b = await aopen_thread(a.checkpointer, b, counter=a.counter)
+    # Across checkpointers too: an export keeps the checkpoint ids, so a copy shares them.
+    ancestor = await common_ancestor(
+        a.checkpointer, a.thread_id, b.thread_id, a.infos, b.infos, checkpointer_b=b.checkpointer
+    )
     ma, mb = a.final_messages, b.final_messages
     d = 0
     limit = min(len(ma), len(mb))
@@ -267,6 +301,7 @@ async def adiff_threads(a: Thread, b: Thread) -> ThreadDiff:
     )
 
 
-def diff_threads(a: Thread, b: Thread) -> ThreadDiff:
-    """Compare two threads (module docstring); ``a`` is the reference, ``b`` the other side."""
+def diff_threads(a: Thread, b: Thread | str) -> ThreadDiff:
+    """Compare two threads (module docstring); ``a`` is the reference, ``b`` the other side (a
+    :class:`Thread`, or a thread id of ``a``'s checkpointer)."""
     return run(adiff_threads(a, b))

@@ -8,8 +8,9 @@ that replay, diff and fork walk survives), through each backend's
 :meth:`~tulip_nb.memory.checkpointer.BaseCheckpointer.put_checkpoint`.
 
 - **Verified**: ``verify=True`` reads every copied checkpoint back from the destination and
-  compares id, thread, ``created_at``, save metadata and state field by field, and checks that
-  the destination's latest checkpoint is the source's.
+  compares id, thread, ``created_at``, save metadata and state (as canonical JSON: keys sorted,
+  numbers as parsed values, so a ``jsonb`` copy equals its source), and checks that the
+  destination's latest checkpoint is the source's.
 - **Resumable**: each checkpoint is written whole or not at all, so an export that dies midway
   leaves only complete checkpoints; running it again skips those already there (same id, time
   and metadata) and copies the rest: nothing duplicated, nothing lost. The report says where a
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -48,6 +50,7 @@ import orjson
 from tulip_nb.core._time import iso_offset
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.state import state_json_bytes
+from tulip_nb.lab._common import canonical_json
 from tulip_nb.lab._ids import IdMap, add_principal, strip_principal
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
 
@@ -114,7 +117,14 @@ class _Plan:
 
 
 def _canonical_state(ckpt: Checkpoint) -> bytes:
-    return orjson.dumps(orjson.loads(state_json_bytes(ckpt.state)), option=orjson.OPT_SORT_KEYS)
+    """The state's canonical JSON (keys sorted, numbers as parsed values): what verification and
+    the checksum compare, so a store that reorders keys (PostgreSQL ``jsonb``) verifies."""
+    raw = state_json_bytes(ckpt.state)
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:  # an int beyond 64 bits
+        value = json.loads(raw)
+    return canonical_json(value)
 
 
 def _same_info(a: CheckpointInfo, b: CheckpointInfo) -> bool:

@@ -78,11 +78,17 @@ async def common_ancestor(
     b: str,
     infos_a: list[CheckpointInfo] | None = None,
     infos_b: list[CheckpointInfo] | None = None,
+    *,
+    checkpointer_b: BaseCheckpointer | None = None,
 ) -> tuple[str, str] | None:
-    """The newest checkpoint both threads descend from, as ``(thread_id, checkpoint_id)``."""
+    """The newest checkpoint both threads descend from, as ``(thread_id, checkpoint_id)`` (of ``b``'s side).
+
+    ``checkpointer_b``: where ``b`` lives when not in ``cp`` — a thread exported to another store
+    keeps its checkpoint ids, so a copy and its source share them (the copy's latest is the source's).
+    """
     anc_a = await ancestry(cp, a, infos_a)
     ids_a = {cid for _, cid in anc_a}
-    for tid, cid in await ancestry(cp, b, infos_b):
+    for tid, cid in await ancestry(checkpointer_b if checkpointer_b is not None else cp, b, infos_b):
         if cid in ids_a:
             return tid, cid
     return None

@@ -4,8 +4,12 @@
 :meth:`Replay.step`: the user prompts come from the record, the model's answers are served by a
 :class:`ReplayModel` (the recorded assistant messages, in order — no model is ever called for a
 recorded step), and tools run for real (``tools="real"``, the agent's) or answer with the
-recorded results (``tools="recorded"``). After each step the new messages are compared with the
-record; a different tool call, arguments or tool result is reported in :attr:`Replay.divergences`.
+recorded results (``tools="recorded"``, and always without an agent). A recorded tool answers each
+call with the result recorded **at that call's position** (the recorded assistant message being
+replayed, the call's index in it; :mod:`tulip_nb.core.calls`), so reused or empty ids, parallel
+calls, the same call answered differently at different times and error results all replay
+exactly. After each step the new messages are compared with the record (canonical JSON); a
+different tool call, arguments or tool result is reported in :attr:`Replay.divergences`.
 
 At any step, :meth:`Replay.go_live` saves the replayed state (optionally edited) as a **new
 thread** branched from the original (``forked_from`` / ``parent_checkpoint_id`` / ``replay_step``
@@ -22,8 +26,9 @@ in its save metadata) and continues it with a live model or another conversation
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,10 +36,11 @@ from tulip_nb.agent import Agent
 from tulip_nb.agent._loop import TurnRunner, snapshot
 from tulip_nb.agent._turn import RUN_KEY, canonical_args, start_turn
 from tulip_nb.agent.result import AgentResult, Step
+from tulip_nb.core.calls import CallRef, answered_by, unanswered_calls
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._common import Edit, apply_edit, call_text, run
+from tulip_nb.lab._common import Edit, apply_edit, call_text, message_key, run
 from tulip_nb.lab.branches import branch_state, save_branch
 from tulip_nb.lab.thread import Thread
 from tulip_nb.memory._events import STATE_KEY
@@ -60,30 +66,61 @@ class ReplayModel(_BaseReplayModel):
         super().__init__(recording, strict=strict, name=name)
 
 
-def _recorded_tools(record: list[Message], like: dict[str, Tool]) -> list[Tool]:
-    """Tools that answer each call with the recorded result for the same name and arguments."""
-    results: dict[str, str] = {m.tool_call_id: m.content or "" for m in record if m.role == "tool" and m.tool_call_id}
-    queues: dict[tuple[str, bytes], deque[str]] = defaultdict(deque)
-    names: set[str] = set()
-    for m in record:
-        for c in m.tool_calls:
-            names.add(c.name)
-            if c.id in results:
-                queues[(c.name, canonical_args(c.arguments))].append(results[c.id])
-    tools = []
-    for name in sorted(names | set(like)):
+class RecordedResults:
+    """The tool results of a record, by call position, for tools that answer from the record.
 
-        async def recorded(_name: str = name, **arguments: Any) -> str:
-            q = queues.get((_name, canonical_args(arguments)))
-            if not q:
-                raise LookupError(f"no recorded result for {_name}({arguments})")
-            return q.popleft()
+    :meth:`answer` serves the result recorded at the position ``where()`` names (the record's
+    ``(assistant message index, call index)`` of the call being replayed) when the recorded call
+    there is the same tool with canonically equal arguments. Otherwise (a call the record never
+    answered there) it serves the latest result recorded for the same tool and arguments before
+    that point, else the first after it; without a position (a live branch past the record) the
+    latest one. A call the record never made raises :class:`LookupError`.
+    """
 
-        real = like.get(name)
-        params = real.parameters if real is not None else {"type": "object", "properties": {}}
-        desc = real.description if real is not None else f"recorded results of {name}"
-        tools.append(Tool(recorded, name=name, description=desc, parameters=params))
-    return tools
+    def __init__(self, record: Sequence[Message]) -> None:
+        self.record = list(record)
+        self.results: dict[CallRef, int] = {}
+        self.by_call: dict[tuple[str, bytes], list[tuple[CallRef, int]]] = defaultdict(list)
+        self.names: set[str] = set()
+        for t, ref in enumerate(answered_by(self.record)):
+            if ref is None:
+                continue
+            self.results[ref] = t
+            call = self.record[ref[0]].tool_calls[ref[1]]
+            self.by_call[(call.name, canonical_args(call.arguments))].append((ref, t))
+        for m in self.record:
+            self.names.update(c.name for c in m.tool_calls)
+
+    def answer(self, name: str, arguments: dict[str, Any], at: CallRef | None) -> str:
+        key = canonical_args(arguments)
+        if at is not None:
+            t = self.results.get(at)
+            i, k = at
+            calls = self.record[i].tool_calls if 0 <= i < len(self.record) else []
+            if t is not None and k < len(calls) and calls[k].name == name and canonical_args(calls[k].arguments) == key:
+                return self.record[t].content or ""
+        hits = self.by_call.get((name, key))
+        if not hits:
+            where = f" at message {at[0]}, call {at[1]}" if at is not None else ""
+            raise LookupError(f"no recorded result for {name}({arguments}){where}")
+        if at is None:
+            return self.record[hits[-1][1]].content or ""
+        before = bisect_right([ref for ref, _ in hits], at)
+        return self.record[hits[max(0, before - 1)][1]].content or ""
+
+    def tools(self, like: dict[str, Tool], where: Callable[[], CallRef | None]) -> list[Tool]:
+        """One tool per recorded (or ``like``) name, answering from the record at ``where()``."""
+        tools = []
+        for name in sorted(self.names | set(like)):
+
+            async def recorded(_name: str = name, **arguments: Any) -> str:
+                return self.answer(_name, arguments, where())
+
+            real = like.get(name)
+            params = real.parameters if real is not None else {"type": "object", "properties": {}}
+            desc = real.description if real is not None else f"recorded results of {name}"
+            tools.append(Tool(recorded, name=name, description=desc, parameters=params))
+        return tools
 
 
 @dataclass
@@ -126,8 +163,11 @@ class Replay:
         self.record = list(thread.final_messages)
         self.base = agent
         self.model = ReplayModel(self.record)
+        self._answers = [i for i, m in enumerate(self.record) if m.role == "assistant"]
+        self.recorded = RecordedResults(self.record)
         real = dict(agent.tools_by_name) if agent is not None else {}
-        use = list(real.values()) if tools == "real" and agent is not None else _recorded_tools(self.record, real)
+        self.tools_mode: Literal["real", "recorded"] = "real" if tools == "real" and agent is not None else "recorded"
+        use = list(real.values()) if self.tools_mode == "real" else self.recorded.tools(real, self._replaying)
         if conversation_manager is None:
             conversation_manager = agent.conversation_manager.clone_for_spawn() if agent else NullManager()
         first = self.record[0] if self.record else None
@@ -149,10 +189,24 @@ class Replay:
         return f"Replay({self.thread.thread_id!r}, step={len(self.steps)}/{self.total_steps})"
 
     # -- stepping -------------------------------------------------------------------------------
+    def _replaying(self) -> CallRef | None:
+        """The record's position of the call the replay is running now: the recorded assistant
+        message the model just served, and the index of the first call of it without a result."""
+        runner = self._runner
+        served = self.model.calls - 1
+        if runner is None or not 0 <= served < len(self._answers):
+            return None
+        msgs = runner.state.messages
+        i = len(msgs) - 1
+        while i >= 0 and msgs[i].role != "assistant":
+            i -= 1
+        open_calls = unanswered_calls(msgs, i) if i >= 0 else []
+        return (self._answers[served], open_calls[0]) if open_calls else None
+
     @property
     def total_steps(self) -> int:
         """Model calls recorded in the thread."""
-        return sum(1 for m in self.record if m.role == "assistant")
+        return len(self._answers)
 
     @property
     def done(self) -> bool:
@@ -221,7 +275,9 @@ class Replay:
         for i in range(start, len(msgs)):
             got = msgs[i]
             want = self.record[i] if i < len(self.record) else None
-            if want is not None and got.json_bytes() == want.json_bytes():
+            if want is not None and (
+                got is want or got.json_bytes() == want.json_bytes() or message_key(got) == message_key(want)
+            ):
                 continue
             kind = "extra message"
             if want is not None and got.role == want.role == "tool":
@@ -287,9 +343,13 @@ class Replay:
         if live_model is None:
             raise UserError("go_live() needs model= (or Replay(agent=...))", thread_id=self.thread.thread_id)
         manager = conversation_manager or self.agent.conversation_manager.clone_for_spawn()
+        if self.tools_mode == "real":
+            live_tools = list(self.agent.tools_by_name.values())
+        else:  # the live branch is past the record: same tool + arguments, no position
+            live_tools = self.recorded.tools(dict(self.base.tools_by_name) if self.base else {}, lambda: None)
         live = Agent(
             live_model,
-            list(self.agent.tools_by_name.values()),
+            live_tools,
             system_prompt=self.system_prompt,
             checkpointer=self.thread.checkpointer,
             conversation_manager=manager,

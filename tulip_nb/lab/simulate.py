@@ -24,9 +24,14 @@ Columns per (config, call): ``call`` (0-based model call), ``turn``, ``iteration
 ``compacted``, ``trigger``, ``tokens_before`` / ``tokens_after`` (the event's), ``kept_tokens``,
 ``pruned_tokens``, ``summarized_tokens``, ``dropped_tokens`` (original tokens of the messages in
 each state), ``summary_tokens``, the composition ``c_system``, ``c_tools``, ``c_user``,
-``c_assistant``, ``c_tool``, ``c_summary``, ``trigger_tokens`` / ``context_length`` (compactors)
-and one ``probe: <label>`` column per probe (True: the text is in the model's view; False: it was
-said but is no longer seen; None: not said yet).
+``c_assistant``, ``c_tool``, ``c_summary``, ``trigger_tokens`` / ``context_length`` (compactors),
+``context_window`` (the window the call is bound by: ``context_window=`` if you give it, else a
+compactor's ``context_length``, else the registered window of the manager's ``model``; None when
+unknown), ``over_window`` (True: the call sends more than that window, which a real model rejects,
+or the manager raised :class:`~tulip_nb.core.errors.ContextWindowExceeded` — then ``trigger`` is
+``"window exceeded"`` and ``context_tokens`` the smallest request it could have sent; None: window
+unknown) and one ``probe: <label>`` column per probe (True: the text is in the model's
+view; False: it was said but is no longer seen; None: not said yet).
 
 Calls where a manager provably changes nothing (below an LLMCompactor's trigger, inside a
 window, a null manager) are not sent to it: the plan in effect already gives the view. With
@@ -35,15 +40,18 @@ window, a null manager) are not sent to it: the plan in effect already gives the
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tulip_nb.core.errors import UserError
+from tulip_nb.core.errors import ContextWindowExceeded, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import run
+from tulip_nb.lab._window import Window, over_window, window_for
 from tulip_nb.memory._events import EVENTS_KEY
 from tulip_nb.memory._history import Plan, stub
 from tulip_nb.memory._summarizing import SummarizingConversationManager
@@ -56,10 +64,15 @@ if TYPE_CHECKING:
 
     from tulip_nb.lab.thread import Thread
 
-__all__ = ["compaction_grid", "length_summarizer", "simulate_compaction", "summarize_simulation"]
+__all__ = ["compaction_grid", "length_summarizer", "normalize_probes", "simulate_compaction", "summarize_simulation"]
 
 _ROLES = ("system", "user", "assistant", "tool")
 Probe = tuple[str, str]
+Probes = Mapping[str, str] | Sequence[Probe | str]
+"""Facts to follow: ``[(label, text), ...]``, ``{label: text}`` or ``[text, ...]`` (label = text)."""
+Configs = ConversationManager | Mapping[str, Any] | Sequence[ConversationManager | Mapping[str, Any]]
+"""Managers to simulate: one manager or config dict, a list of them (named by the manager's repr),
+or ``{name: manager or config dict}``."""
 
 
 def length_summarizer(
@@ -86,27 +99,103 @@ def _messages_of(source: Thread | AgentState | Sequence[Message]) -> list[Messag
     return list(source.final_messages)
 
 
-def _configs(configs: Mapping[str, Any] | Sequence[ConversationManager]) -> list[tuple[str, ConversationManager]]:
-    items = list(configs.items()) if isinstance(configs, Mapping) else [(repr(m), m) for m in configs]
+_FACTORIES: dict[str, type[ConversationManager]] = {
+    "compactor": LLMCompactor,
+    "llm": LLMCompactor,
+    "window": SlidingWindowManager,
+    "null": NullManager,
+    "summarizing": SummarizingConversationManager,
+}
+"""Config-dict ``kind`` -> manager class (the other keys are its constructor's arguments)."""
+
+
+def normalize_probes(probes: Probes) -> list[Probe]:
+    """``[(label, text), ...]`` from any :data:`Probes` form; a bad entry raises :class:`UserError`."""
+    if isinstance(probes, str):
+        probes = [probes]
+    items: list[tuple[Any, Any]] = []
+    if isinstance(probes, Mapping):
+        items = list(probes.items())
+    else:
+        for p in probes:
+            if isinstance(p, str):
+                items.append((p, p))
+            elif isinstance(p, Sequence) and len(p) == 2:
+                items.append((p[0], p[1]))
+            else:
+                raise UserError(f"probe {p!r}: give (label, text), a text, or probes={{label: text}}")
+    for label, text in items:
+        if not isinstance(label, str) or not label:
+            raise UserError(f"probe label {label!r} must be a non-empty str")
+        if not isinstance(text, str) or not text:
+            raise UserError(f"probe {label!r} needs a non-empty text to look for")
+    labels = [label for label, _ in items]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"probe labels must be unique, got {labels}")
+    return [(str(label), str(text)) for label, text in items]
+
+
+def _one_config(spec: Mapping[str, Any]) -> bool:
+    """Whether a mapping is one config dict (``{"kind": ..., "context_length": ...}``) rather than
+    ``{name: config}``: it has a ``kind`` or a value that is neither a manager nor a dict."""
+    if isinstance(spec.get("kind"), str):
+        return True
+    return any(not isinstance(v, (ConversationManager, Mapping)) for v in spec.values())
+
+
+def _keywords(factory: type[ConversationManager]) -> set[str] | None:
+    """The keyword arguments ``factory`` takes (None: any)."""
+    params = inspect.signature(factory).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def _build(where: str, spec: Mapping[str, Any]) -> ConversationManager:
+    kind = spec.get("kind", "compactor")
+    factory = _FACTORIES.get(kind) if isinstance(kind, str) else None
+    if factory is None:
+        raise UserError(f"config {where}: unknown kind {kind!r}; one of {sorted(_FACTORIES)}")
+    kw = {k: v for k, v in spec.items() if k != "kind"}
+    valid = _keywords(factory)
+    bad = sorted(set(kw) - valid) if valid is not None else []
+    if valid is not None and bad:
+        close = {b: difflib.get_close_matches(str(b), sorted(valid), n=1) for b in bad}
+        hint = "".join(f"; {b!r}: did you mean {m[0]!r}?" for b, m in close.items() if m)
+        raise UserError(
+            f"config {where}: unknown key{'s' if len(bad) > 1 else ''} {bad} for kind {kind!r} "
+            f"({factory.__name__}){hint}; valid keys: {['kind', *sorted(valid)]}"
+        )
+    try:
+        return factory(**kw)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"config {where}: {factory.__name__}(...) refused it: {e}") from e
+
+
+def _configs(configs: Configs) -> list[tuple[str, ConversationManager]]:
+    if isinstance(configs, ConversationManager) or (isinstance(configs, Mapping) and _one_config(configs)):
+        configs = [configs]
+    items: list[tuple[str | None, Any]]
+    if isinstance(configs, Mapping):
+        items = [(str(name), spec) for name, spec in configs.items()]
+    elif isinstance(configs, Sequence) and not isinstance(configs, (str, bytes)):
+        items = [(None, spec) for spec in configs]
+    else:
+        raise UserError(
+            "configs must be a manager, a config dict, a list of them or {name: manager or dict}, "
+            f"got {type(configs).__name__}"
+        )
     out = []
     for name, spec in items:
+        where = repr(name) if name is not None else repr(spec)
         if isinstance(spec, ConversationManager):
-            out.append((str(name), spec.clone_for_spawn()))
+            manager = spec.clone_for_spawn()
+            out.append((name if name is not None else repr(spec), manager))
         elif isinstance(spec, Mapping):
-            kind = spec.get("kind", "compactor")
-            kw = {k: v for k, v in spec.items() if k != "kind"}
-            factory: dict[str, Callable[..., ConversationManager]] = {
-                "compactor": LLMCompactor,
-                "llm": LLMCompactor,
-                "window": SlidingWindowManager,
-                "null": NullManager,
-                "summarizing": SummarizingConversationManager,
-            }
-            if kind not in factory:
-                raise UserError(f"config {name!r}: unknown kind {kind!r}; one of {sorted(factory)}")
-            out.append((str(name), factory[kind](**kw)))
+            manager = _build(where, spec)
+            out.append((name if name is not None else repr(manager), manager))
         else:
-            raise UserError(f"config {name!r} must be a ConversationManager or a dict, got {type(spec).__name__}")
+            raise UserError(f"config {where} must be a ConversationManager or a dict, got {type(spec).__name__}")
     if len({n for n, _ in out}) != len(out):
         raise UserError("config names must be unique")
     return out
@@ -252,7 +341,9 @@ async def _simulate_one(
     probes: list[tuple[str, list[int]]],
     labels: list[str],
     exact: bool,
+    context_window: Window = None,
 ) -> list[dict[str, Any]]:
+    bound = window_for(manager, context_window)
     counter = manager.counter if isinstance(manager, PlanningManager) else get_counter()
     sums = sums_for(counter)
     fixed = counter.count_tools(tools) + REPLY_PRIMING
@@ -266,10 +357,14 @@ async def _simulate_one(
     for call, (j, turn, iteration) in enumerate(ends):
         view = fixed + part.view + sums.span(part.n, j)
         event = None
+        refused: ContextWindowExceeded | None = None
         if exact or not _no_op(manager, plan, view, j, body):
             before = len(scratch.metadata.get(EVENTS_KEY, ()))
             scratch.iteration = iteration
-            await manager.aapply(msgs[:j], tools=tools, state=scratch)
+            try:
+                await manager.aapply(msgs[:j], tools=tools, state=scratch)
+            except ContextWindowExceeded as e:  # what must be kept cannot fit: the agent stops here
+                refused = e
             events = scratch.metadata.get(EVENTS_KEY, ())
             event = events[-1] if len(events) > before else None
             raw = manager.get_state().get("plan") if isinstance(manager, PlanningManager) else None
@@ -277,6 +372,8 @@ async def _simulate_one(
             if new != plan:
                 plan, part = new, _plan_part(new, sums, probes)
             view = fixed + part.view + sums.span(part.n, j)
+            if refused is not None and refused.tokens_needed is not None:
+                view = int(refused.tokens_needed)  # the smallest request it could have sent
         tail = sums.roles(part.n, j)
         row: dict[str, Any] = {
             "config": name,
@@ -287,7 +384,7 @@ async def _simulate_one(
             "full_tokens": sums.all[j] + fixed,
             "context_tokens": view,
             "compacted": event is not None,
-            "trigger": event.get("trigger") if event else None,
+            "trigger": event.get("trigger") if event else ("window exceeded" if refused is not None else None),
             "tokens_before": event.get("tokens_before") if event else None,
             "tokens_after": event.get("tokens_after") if event else None,
             "kept_tokens": part.kept + sums.span(part.n, j),
@@ -303,6 +400,8 @@ async def _simulate_one(
             "c_summary": part.summary,
             "trigger_tokens": trigger,
             "context_length": window,
+            "context_window": bound,
+            "over_window": True if refused is not None else over_window(view, bound),
         }
         for label, (_, hits), seen in zip(labels, probes, part.seen, strict=True):
             k = bisect_left(hits, j)  # hits before this call
@@ -327,12 +426,13 @@ def _call_points(msgs: list[Message]) -> list[tuple[int, int, int]]:
 
 async def asimulate_compaction(
     thread: Thread | AgentState | Sequence[Message],
-    configs: Mapping[str, Any] | Sequence[ConversationManager],
+    configs: Configs,
     *,
-    probes: Sequence[Probe] = (),
+    probes: Probes = (),
     tools: Sequence[Any] | None = None,
     summarizer: Any = None,
     exact: bool = False,
+    context_window: Window = None,
 ) -> pd.DataFrame:
     """Async :func:`simulate_compaction`."""
     import pandas as pd
@@ -340,8 +440,9 @@ async def asimulate_compaction(
     msgs = _messages_of(thread)
     schemas = _schemas(tools)
     ends = _call_points(msgs)
-    hits = _probe_hits(msgs, probes)
-    labels = [label for label, _ in probes]
+    probe_list = normalize_probes(probes)
+    hits = _probe_hits(msgs, probe_list)
+    labels = [label for label, _ in probe_list]
     cache: dict[int, _Sums] = {}
 
     def sums_for(counter: TokenCounter) -> _Sums:
@@ -354,28 +455,45 @@ async def asimulate_compaction(
     for name, manager in _configs(configs):
         counter = manager.counter if isinstance(manager, PlanningManager) else get_counter()
         _with_summarizer(manager, summarizer, counter)
-        rows += await _simulate_one(name, manager, msgs, ends, schemas, sums_for, hits, labels, exact)
+        rows += await _simulate_one(name, manager, msgs, ends, schemas, sums_for, hits, labels, exact, context_window)
     return pd.DataFrame(rows)
 
 
 def simulate_compaction(
     thread: Thread | AgentState | Sequence[Message],
-    configs: Mapping[str, Any] | Sequence[ConversationManager],
+    configs: Configs,
     *,
-    probes: Sequence[Probe] = (),
+    probes: Probes = (),
     tools: Sequence[Any] | None = None,
     summarizer: Any = None,
     exact: bool = False,
+    context_window: Window = None,
 ) -> pd.DataFrame:
     """Replay only the conversation-manager logic of ``thread`` for each config (module docstring).
 
-    ``configs``: ``{name: manager or {"kind": "compactor"|"window"|"null"|"summarizing", **kwargs}}``
-    (or a list of managers, named by their repr); each is cloned, so yours are untouched.
-    ``probes``: ``[(label, text), ...]`` facts to follow. ``tools``: the tool schemas (or
-    :class:`~tulip_nb.tools.Tool` objects) the agent sent, if known. ``summarizer``: None (the
-    length model), a ``(messages, previous) -> str`` function, or ``"config"`` (keep the config's).
+    ``configs``: ``{name: manager or {"kind": "compactor"|"window"|"null"|"summarizing", **kwargs}}``,
+    or one manager or config dict, or a list of them (named by the manager's repr); each is cloned,
+    so yours are untouched. A config dict's keys are the manager's constructor arguments (a wrong
+    key raises :class:`UserError` naming the config and listing the valid keys).
+    ``probes``: facts to follow, ``[(label, text), ...]``, ``{label: text}`` or ``[text, ...]``.
+    ``tools``: the tool schemas (or :class:`~tulip_nb.tools.Tool` objects) the agent sent, if known.
+    ``summarizer``: None (the length model), a ``(messages, previous) -> str`` function, or
+    ``"config"`` (keep the config's).
+    ``context_window``: the model's window (tokens, or a registered model name) for the
+    ``over_window`` column; by default a compactor's ``context_length``, else the window
+    registered for the manager's ``model``.
     """
-    return run(asimulate_compaction(thread, configs, probes=probes, tools=tools, summarizer=summarizer, exact=exact))
+    return run(
+        asimulate_compaction(
+            thread,
+            configs,
+            probes=probes,
+            tools=tools,
+            summarizer=summarizer,
+            exact=exact,
+            context_window=context_window,
+        )
+    )
 
 
 def _schemas(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:
@@ -387,7 +505,8 @@ def _schemas(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:
 def summarize_simulation(sim: pd.DataFrame) -> pd.DataFrame:
     """One row per config of a :func:`simulate_compaction` frame: compactions, mean/max context
     tokens, tokens saved (summed over calls, and as a fraction), facts kept (share of probe checks,
-    after the fact was said, where it was still in view; NaN without probes)."""
+    after the fact was said, where it was still in view; NaN without probes), ``over_window_calls``
+    (calls that sent more than the window; 0 also when the window is unknown)."""
     import pandas as pd
 
     probe_cols = [c for c in sim.columns if str(c).startswith("probe: ")]
@@ -406,6 +525,7 @@ def summarize_simulation(sim: pd.DataFrame) -> pd.DataFrame:
                 "tokens_saved": int(full - ctx),
                 "saved_fraction": (full - ctx) / full if full else 0.0,
                 "facts_kept": (sum(bool(v) for v in checks) / len(checks)) if checks else float("nan"),
+                "over_window_calls": sum(v is True for v in g["over_window"]) if "over_window" in g else 0,
             }
         )
     return pd.DataFrame(rows)
@@ -418,7 +538,7 @@ def compaction_grid(
     trigger_fractions: Sequence[float] = (0.6, 0.7, 0.8, 0.9, 0.95),
     tail_token_fractions: Sequence[float] = (0.2, 0.4),
     head_turns: int = 2,
-    probes: Sequence[Probe] = (),
+    probes: Probes = (),
     tools: Sequence[Any] | None = None,
     summarizer: Any = None,
 ) -> pd.DataFrame:

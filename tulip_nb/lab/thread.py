@@ -8,13 +8,16 @@ never from a re-computation::
 
     from tulip_nb.lab import open_thread, threads
 
-    t = open_thread(checkpointer, "ticket-8912-refund")
+    t = open_thread(checkpointer, "ticket-8912-refund")   # or open_thread("file:./threads", ...)
     t.messages.tail()            # index, role, text, tool_calls, tool_name, tokens, checkpoint
     t.checkpoints                # id, created_at, parent, iteration, messages, tokens, metadata
-    t.model_view(3)              # the messages the 4th model call was sent
+    t.usage, t.events, t.lineage # per model call / per compaction / related threads
+    t.model_view(3)              # the messages the 4th model call was sent (-1: the last)
     threads(checkpointer)        # one row per thread
 
-Everything is sync (works in a notebook cell); ``await aopen_thread(...)`` is the async twin.
+Every view is a property (``t.usage_for(tools)`` is the one with an argument). Everything is sync
+(works in a notebook cell); ``await aopen_thread(...)`` is the async twin. Where a checkpointer is
+taken, a URL works too (:func:`~tulip_nb.memory.urls.checkpointer_from_url`).
 Token counts are exact (:mod:`tulip_nb.tokens`) and cached per message. A thread written by an
 agent carries its manager's per-message counts (checked against the messages' bytes), so opening
 it does not encode the whole history again.
@@ -22,13 +25,16 @@ it does not encode the whole history again.
 
 from __future__ import annotations
 
+import inspect
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from tulip_nb.core.errors import CheckpointNotFound
+from tulip_nb.core.errors import CheckpointNotFound, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._common import call_text, esc, run, short
+from tulip_nb.lab._common import call_text, esc, message_key, run, short
+from tulip_nb.lab._window import over_window, saved_window, window_for
+from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.lineage import lineage_rows
 from tulip_nb.memory._events import compaction_events, model_view, model_views
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
@@ -54,7 +60,9 @@ class Thread:
     """A handle on one saved thread (see the module docstring); build it with :func:`open_thread`.
 
     ``state()`` is the latest :class:`~tulip_nb.core.AgentState`; older checkpoints are loaded on
-    first need (``.checkpoints``, the ``checkpoint`` column of ``.messages``) and kept.
+    first need (``.checkpoints``, ``.history``, the ``checkpoint`` column of ``.messages``) and
+    kept. The views (``messages``, ``checkpoints``, ``history``, ``usage``, ``events``,
+    ``lineage``) are properties; ``usage_for(tools)`` is ``usage`` with the tool schemas counted.
     """
 
     def __init__(
@@ -121,8 +129,9 @@ class Thread:
         """Every checkpoint of the thread with its state, oldest first."""
         return [await self.acheckpoint(i.checkpoint_id) for i in reversed(self.infos)]
 
+    @property
     def history(self) -> list[Checkpoint]:
-        """Sync :meth:`ahistory`."""
+        """Every checkpoint of the thread with its state, oldest first (sync :meth:`ahistory`)."""
         if all(i.checkpoint_id in self._loaded for i in self.infos):
             return [self._loaded[i.checkpoint_id] for i in reversed(self.infos)]
         return run(self.ahistory())
@@ -135,7 +144,7 @@ class Thread:
     def prefix_checkpoint(self, messages: list[Message]) -> Checkpoint | None:
         """The newest checkpoint whose messages are a prefix of ``messages`` (lineage of a branch)."""
         best: Checkpoint | None = None
-        for ck in self.history():
+        for ck in self.history:
             n = len(ck.state.messages)
             if n <= len(messages) and (n == 0 or _same(ck.state.messages[n - 1], messages[n - 1])):
                 best = ck
@@ -157,7 +166,7 @@ class Thread:
         msgs = self.final_messages
         out: list[str | None] = [None] * len(msgs)
         done = 0
-        for ck in self.history():
+        for ck in self.history:
             n = len(ck.state.messages)
             if n <= done or n > len(msgs) or not _same(ck.state.messages[n - 1], msgs[n - 1]):
                 continue
@@ -191,7 +200,7 @@ class Thread:
         """One row per checkpoint, oldest first: id, created_at, parent, iteration, messages,
         tokens (of the saved history), source and the save metadata."""
         rows = []
-        for ck in self.history():
+        for ck in self.history:
             msgs = ck.state.messages
             rows.append(
                 {
@@ -215,21 +224,38 @@ class Thread:
         return sum(1 for m in self.final_messages if m.role == "assistant")
 
     def model_view(self, call: int, checkpoint_id: str | None = None) -> list[Message]:
-        """What model call ``call`` (0-based, over the whole thread) was sent, from the recorded events."""
-        if not 0 <= call < self.n_calls:
-            raise IndexError(f"thread {self.thread_id!r} has {self.n_calls} model calls, no call {call}")
-        return model_view(self.state(checkpoint_id), call=call)
+        """What model call ``call`` (0-based over the whole thread; negative counts from the end,
+        ``-1`` is the last call) was sent, from the recorded events."""
+        n = self.n_calls
+        index = call + n if call < 0 else call
+        if not 0 <= index < n:
+            raise IndexError(f"thread {self.thread_id!r} has {n} model calls, no call {call}")
+        return model_view(self.state(checkpoint_id), call=index)
 
+    @property
     def events(self) -> pd.DataFrame:
         """The recorded compaction events (one row each)."""
         events = compaction_events(self.latest.state)
         cols = ["call", "iteration", "manager", "trigger", "n_messages", "tokens_before", "tokens_after"]
         return _pd().DataFrame([{c: e.get(c) for c in cols} for e in events], columns=cols)
 
-    def usage(self, tools: list[dict[str, Any]] | None = None) -> pd.DataFrame:
-        """Per model call, from the recorded events: tokens of the full history and of what the
-        model saw (``tools``: schemas sent, if you know them), and whether a compaction fired."""
+    @property
+    def usage(self) -> pd.DataFrame:
+        """Per model call, from the recorded events: ``call``, ``n_messages``, ``full_tokens``
+        (the whole history), ``context_tokens`` (what the model saw), ``compacted``, ``trigger``,
+        ``over_window`` (against the window the thread's manager saved, when it counts tokens;
+        None when unknown — :meth:`usage_for` takes the window, and counts the tool schemas you
+        pass, which this does not)."""
+        return self.usage_for(None)
+
+    def usage_for(self, tools: list[dict[str, Any]] | None, *, context_window: int | str | None = None) -> pd.DataFrame:
+        """:attr:`usage` with the tokens of ``tools`` (the schemas sent with every request) added.
+
+        ``context_window``: the model's window (tokens, or a registered model name) for the
+        ``over_window`` column (True: that call was sent more than the window; None: not known).
+        """
         state = self.latest.state
+        window = window_for(context_window=context_window) or saved_window(state)
         counter = self.counter
         fixed = counter.count_tools(tools) + REPLY_PRIMING
         fired = {e.get("call"): e.get("trigger") for e in compaction_events(state)}
@@ -252,7 +278,8 @@ class Thread:
                     "trigger": fired.get(k),
                 }
             )
-        cols = ["call", "n_messages", "full_tokens", "context_tokens", "compacted", "trigger"]
+            rows[-1]["over_window"] = over_window(rows[-1]["context_tokens"], window)
+        cols = ["call", "n_messages", "full_tokens", "context_tokens", "compacted", "trigger", "over_window"]
         return _pd().DataFrame(rows, columns=cols)
 
     # -- lineage --------------------------------------------------------------------------------
@@ -262,6 +289,7 @@ class Thread:
         cols = ["relation", "thread_id", "checkpoint_id", "branch_point", "created_at", "source"]
         return _pd().DataFrame(rows, columns=cols)
 
+    @property
     def lineage(self) -> pd.DataFrame:
         """Sync :meth:`alineage`: rows ``relation`` (``parent``/``ancestor``/``copied_from``/``fork``/
         ``copy``), ``thread_id``, ``checkpoint_id`` (the other thread's first checkpoint),
@@ -294,33 +322,54 @@ class Thread:
 
 
 def _same(a: Message, b: Message) -> bool:
-    return a is b or a.json_bytes() == b.json_bytes()
+    return a is b or a.json_bytes() == b.json_bytes() or message_key(a) == message_key(b)
 
 
 async def aopen_thread(
-    checkpointer: BaseCheckpointer, thread_id: str, *, counter: TokenCounter | None = None
+    checkpointer: BaseCheckpointer | str, thread_id: str, *, counter: TokenCounter | None = None
 ) -> Thread:
     """Async :func:`open_thread`."""
+    if inspect.isawaitable(thread_id):  # an un-awaited agent.fork(...) must not read as a thread id
+        if inspect.iscoroutine(thread_id):
+            thread_id.close()
+        raise UserError("thread_id: you passed a coroutine: use agent.fork_sync(...) or await it")
     validate_thread_id(thread_id)
-    infos = await checkpointer.list_checkpoint_infos(thread_id, limit=ALL)
-    latest = await checkpointer.load_checkpoint(thread_id, infos[0].checkpoint_id if infos else None)
-    if latest is None:
-        raise CheckpointNotFound(f"no such thread in {checkpointer!r}", thread_id=thread_id)
+    cp, opened = open_checkpointer(checkpointer)
+    try:
+        infos = await cp.list_checkpoint_infos(thread_id, limit=ALL)
+        latest = await cp.load_checkpoint(thread_id, infos[0].checkpoint_id if infos else None)
+        if latest is None:
+            raise CheckpointNotFound(f"no such thread in {cp!r}", thread_id=thread_id)
+    except BaseException:
+        if opened:
+            await cp.close()
+        raise
     if not infos:
         infos = [latest.info]
-    return Thread(checkpointer, thread_id, infos, latest, counter=counter)
+    return Thread(cp, thread_id, infos, latest, counter=counter)
 
 
-def open_thread(checkpointer: BaseCheckpointer, thread_id: str, *, counter: TokenCounter | None = None) -> Thread:
+def open_thread(checkpointer: BaseCheckpointer | str, thread_id: str, *, counter: TokenCounter | None = None) -> Thread:
     """A :class:`Thread` for ``thread_id``; :class:`CheckpointNotFound` names an unknown thread.
 
-    ``counter``: the token counter for the counts shown (default: the shared ``o200k_base`` one).
+    ``checkpointer``: a checkpointer or its URL (``"file:./threads"``, ``"s3://bucket/prefix/"``,
+    ...; the thread keeps the one built from it as ``.checkpointer``). ``counter``: the token
+    counter for the counts shown (default: the shared ``o200k_base`` one).
     """
     return run(aopen_thread(checkpointer, thread_id, counter=counter))
 
 
-async def athreads(checkpointer: BaseCheckpointer, pattern: str = "*", limit: int = 1000) -> pd.DataFrame:
+async def athreads(checkpointer: BaseCheckpointer | str, pattern: str = "*", limit: int = 1000) -> pd.DataFrame:
     """Async :func:`threads`."""
+    cp, opened = open_checkpointer(checkpointer)
+    try:
+        return await _threads(cp, pattern, limit)
+    finally:
+        if opened:
+            await cp.close()
+
+
+async def _threads(checkpointer: BaseCheckpointer, pattern: str, limit: int) -> pd.DataFrame:
     counter = get_counter()
     rows = []
     for tid in await checkpointer.list_threads(limit=limit, pattern=pattern):
@@ -344,7 +393,8 @@ async def athreads(checkpointer: BaseCheckpointer, pattern: str = "*", limit: in
     return _pd().DataFrame(rows, columns=cols)
 
 
-def threads(checkpointer: BaseCheckpointer, pattern: str = "*", limit: int = 1000) -> pd.DataFrame:
-    """One row per thread of ``checkpointer`` (``list_threads`` capability): thread_id,
-    checkpoints, messages, tokens, last_update, forked_from."""
+def threads(checkpointer: BaseCheckpointer | str, pattern: str = "*", limit: int = 1000) -> pd.DataFrame:
+    """One row per thread of ``checkpointer`` (or its URL; ``list_threads`` capability):
+    thread_id, checkpoints, messages, tokens, last_update, forked_from (missing for a thread that
+    was not branched off another)."""
     return run(athreads(checkpointer, pattern, limit))

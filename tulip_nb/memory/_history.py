@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import weakref
 import zlib
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -107,7 +107,8 @@ class HistoryIndex:
     - ``counts[i]``: tokens of message ``i``; ``prefix[j]``: tokens of ``messages[:j]``;
     - ``units`` / ``starts``: :func:`units` of the body (after a leading system prompt);
     - ``turns``: :func:`turn_starts` of those units;
-    - ``calls_before(j)``: assistant messages in ``messages[:j]``;
+    - ``calls_before(j)``: assistant messages in ``messages[:j]``; ``turn_of(u)``: the user message
+      opening unit ``u``'s turn;
     - ``stub_prefix()``: like ``prefix`` with every tool result counted as its :func:`stub`.
 
     >>> from tulip_nb.tokens import FunctionCounter
@@ -183,6 +184,11 @@ class HistoryIndex:
     def unit_at(self, s: int) -> int:
         """Index of the first unit starting at or after message ``s`` (``len(units)`` if none)."""
         return bisect_left(self.starts, s)
+
+    def turn_of(self, u: int) -> int | None:
+        """Index of the user message opening the turn of unit ``u`` (``None``: before the first turn)."""
+        t = bisect_right(self.turns, u) - 1
+        return self.units[self.turns[t]][0] if t >= 0 else None
 
     def stub_prefix(self) -> list[int]:
         """Prefix sums of the tokens each message costs with tool output stubbed (lazy, incremental)."""

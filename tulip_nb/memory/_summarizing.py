@@ -7,6 +7,19 @@ with ``context_length=`` given, the request would pass ``trigger_fraction`` of i
 
     [system prompt] [summary of messages 1..k] [messages k+1 .. now]
 
+A kept turn keeps its user message: when the cut falls inside a turn, that turn's user message is
+not summarised but shown verbatim right after the summary (``[system] [summary] [user message of
+the turn] [the rest of the turn ..]``).
+
+With ``context_length=`` the manager is **token-aware** and the window is a hard bound: when the
+view is still over ``context_length`` after that summary, it summarises further (a block chosen so
+the view fits), and when nothing more may be summarised (everything but the system prompt, the
+recent messages and their turn's user message already is), it raises
+:class:`~tulip_nb.core.errors.ContextWindowExceeded` before the model is called — before the
+summariser is called, too, when even summarising all that may be could not fit. The sync
+:meth:`apply` never writes a summary: over the window it raises. Without ``context_length`` it
+counts no tokens: it summarises only when the model reports an overflow, and never raises.
+
 The summary (and how far it reaches) is the manager's state for the thread: saved in the thread's
 metadata and restored on load, so it survives a restart; the next summary is written from the
 previous one plus the newly summarised messages.
@@ -21,13 +34,15 @@ agent calls :meth:`apply_management` or :meth:`reduce_context`). A model object 
 from __future__ import annotations
 
 import inspect
+from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tulip_nb.core.errors import UserError
+from tulip_nb.core.errors import ContextWindowExceeded, UserError
 from tulip_nb.core.messages import Message
-from tulip_nb.memory._history import Plan, fingerprint, render, units
+from tulip_nb.memory._history import HistoryIndex, Plan, fingerprint, render
 from tulip_nb.memory.managers import PlanningManager
+from tulip_nb.tokens import REPLY_PRIMING
 
 if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
@@ -110,6 +125,9 @@ class SummarizingConversationManager(PlanningManager):
             f"preserve_recent_messages={self.preserve_recent_messages})"
         )
 
+    def window_tokens(self) -> int | None:
+        return self.context_length
+
     @property
     def summary(self) -> str | None:
         """The thread's current summary (``None`` before the first one)."""
@@ -127,36 +145,104 @@ class SummarizingConversationManager(PlanningManager):
 
     # -- the view --------------------------------------------------------------------------------
     def _due(self, view: list[Message], tools: Sequence[Mapping[str, Any]] | None) -> bool:
-        if self._reduce_pending:
-            return True
         if self.context_length is None:
-            return False
+            return self._reduce_pending
         total = self.counter.count_request(view, tools)
         self.last_view_tokens = total
-        return total > self.trigger_fraction * self.context_length
+        return self._reduce_pending or total > min(self.trigger_fraction, 1.0) * self.context_length
 
     def _view(
         self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None, state: AgentState | None
     ) -> list[Message]:
-        # Summaries need a model call: only ``aapply`` writes one; ``apply`` shows the current plan.
-        return render(self._current_plan(messages), messages)
+        # Summaries need a model call: only ``aapply`` writes one; ``apply`` shows the current plan
+        # (and, token-aware, raises when that is over the window).
+        view = render(self._current_plan(messages), messages)
+        if self.context_length is not None:
+            total = self.counter.count_request(view, tools)
+            self.last_view_tokens = total
+            if total > self.context_length:
+                raise self._exceeded(total, view, messages, "apply() writes no summary; aapply() would")
+        return view
 
     def cut_for(self, messages: Sequence[Message]) -> tuple[int, int] | None:
         """The block ``[start, cut)`` the next summary would cover, or ``None`` if none can be."""
-        n = len(messages)
-        body = 1 if n and messages[0].role == "system" else 0
+        idx = self._indexed(messages)
         plan = self._current_plan(messages)
-        start = plan.summarized[-1][1] if plan is not None and plan.summarized else body
-        visible = n - start + (1 if plan is not None and plan.summary else 0)
-        take = max(1, int(visible * self.summary_ratio))
-        limit = n - self.preserve_recent_messages
-        starts = [s for s, _ in units(messages, start)]
-        # The last unit boundary that covers at most ``take`` messages and leaves the recent ones.
-        cut = max((s for s in starts if start < s <= min(start + take, limit)), default=None)
-        if cut is None:
-            # A single unit longer than ``take``: summarise it whole if the recent ones stay.
-            cut = next((s for s in starts if start < s <= limit), None)
+        start, _ = self._covered(plan, idx.body)
+        cut = self._ratio_cut(messages, idx, plan)
         return None if cut is None else (start, cut)
+
+    def _covered(self, plan: Plan | None, body: int) -> tuple[int, int | None]:
+        """Where the summarised part of ``plan`` ends, and the user message it keeps (if any)."""
+        if plan is None or not plan.summarized:
+            return body, None
+        # kept: [system?] [pinned user message?] [messages[cut:]]
+        inner = [s for s, _ in plan.kept[:-1] if s >= body]
+        pin = inner[-1] if inner else None
+        return max(plan.summarized[-1][1], pin + 1 if pin is not None else 0), pin
+
+    def _cuts(self, messages: Sequence[Message], idx: HistoryIndex, start: int) -> list[int]:
+        """Unit boundaries a summary starting at ``start`` may end at (the recent messages stay)."""
+        limit = len(messages) - self.preserve_recent_messages
+        cuts = idx.starts[idx.unit_at(start + 1) : idx.unit_at(limit + 1)]
+        if cuts and cuts[0] == start + 1 and messages[start].role == "user" and messages[cuts[0]].role != "user":
+            del cuts[0]  # it would summarise nothing: the user message before it stays, pinned
+        return cuts
+
+    def _ratio_cut(self, messages: Sequence[Message], idx: HistoryIndex, plan: Plan | None) -> int | None:
+        """The end of the next block: about ``summary_ratio`` of the messages the model sees."""
+        start, _ = self._covered(plan, idx.body)
+        cuts = self._cuts(messages, idx, start)
+        if not cuts:
+            return None
+        visible = len(messages) - start + (1 if plan is not None and plan.summary else 0)
+        take = max(1, int(visible * self.summary_ratio))
+        # The last unit boundary that covers at most ``take`` messages; else (a single unit longer
+        # than ``take``) the first one.
+        k = bisect_right(cuts, start + take) - 1
+        return cuts[max(k, 0)]
+
+    def _pin(self, messages: Sequence[Message], idx: HistoryIndex, cut: int) -> int | None:
+        """The user message shown before a view that starts at ``cut`` inside a turn."""
+        if messages[cut].role == "user":
+            return None
+        return idx.turn_of(idx.unit_at(cut))
+
+    def _fit_cut(
+        self, messages: Sequence[Message], idx: HistoryIndex, plan: Plan | None, fixed: int, rounds: int
+    ) -> int | None:
+        """The nearest block end whose view would fit the window (with a summary as long as the
+        current one), else the farthest; ``None`` when nothing more may be summarised."""
+        assert self.context_length is not None
+        start, _ = self._covered(plan, idx.body)
+        cuts = self._cuts(messages, idx, start)
+        if not cuts:
+            return None
+        if rounds >= 3:  # the summary keeps growing: summarise all that may be
+            return cuts[-1]
+        msg = plan.summary_msg() if plan is not None else None
+        base = fixed + idx.prefix[idx.body] + (self.counter.count_message(msg) if msg is not None else 0)
+        n = len(messages)
+        for cut in cuts:
+            pin = self._pin(messages, idx, cut)
+            if base + (idx.counts[pin] if pin is not None else 0) + idx.span(cut, n) <= self.context_length:
+                return cut
+        return cuts[-1]
+
+    def _floor_tokens(self, messages: Sequence[Message], idx: HistoryIndex, plan: Plan | None, fixed: int) -> int:
+        """A lower bound of the smallest view: everything that may be summarised, summarised (the
+        new summary not counted; the current one when nothing more may be)."""
+        start, pin = self._covered(plan, idx.body)
+        cuts = self._cuts(messages, idx, start)
+        n = len(messages)
+        total = fixed + idx.prefix[idx.body]
+        if cuts:
+            pin = self._pin(messages, idx, cuts[-1])
+            start = cuts[-1]
+        else:
+            msg = plan.summary_msg() if plan is not None else None
+            total += self.counter.count_message(msg) if msg is not None else 0
+        return total + (idx.counts[pin] if pin is not None else 0) + idx.span(start, n)
 
     async def _aview(
         self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None, state: AgentState | None
@@ -167,28 +253,74 @@ class SummarizingConversationManager(PlanningManager):
             return view
         trigger = "overflow" if self._reduce_pending else "threshold"
         self._reduce_pending = False
-        block = self.cut_for(messages)
-        if block is None:
+        window = self.context_length
+        counter = self.counter
+        idx = self._indexed(messages)
+        fixed = counter.count_tools(tools) + REPLY_PRIMING
+        if window is not None:
+            floor = self._floor_tokens(messages, idx, plan, fixed)
+            if floor > window:  # even summarising all that may be cannot fit: no summariser call
+                raise self._exceeded(floor, view, messages, "everything that may be summarised is")
+        new, out = plan, view
+        after = counter.count_request(out, tools)
+        cut = self._ratio_cut(messages, idx, plan)
+        rounds = 0
+        while cut is not None:
+            new = await self._summarised(messages, idx, new, cut)
+            out = render(new, messages)
+            after = counter.count_request(out, tools)
+            rounds += 1
+            if window is None or after <= window:
+                break
+            cut = self._fit_cut(messages, idx, new, fixed, rounds)
+        if window is not None and after > window:
+            raise self._exceeded(after, out, messages, "everything that may be summarised is")
+        if new is plan:
             return view  # nothing old enough to summarise; the caller's retry will fail visibly
-        start, cut = block
-        summary = await self._summarise(list(messages[start:cut]), self.summary)
-        n = len(messages)
-        body = 1 if n and messages[0].role == "system" else 0
-        new = Plan(
+        assert new is not None
+        self._plan = new
+        self.last_view_tokens = after
+        self._record(state, trigger, new, messages, counter.count_request(messages, tools), after)
+        return out
+
+    async def _summarised(self, messages: Sequence[Message], idx: HistoryIndex, plan: Plan | None, cut: int) -> Plan:
+        """``plan`` with the block up to ``cut`` summarised (the previous summary compounds)."""
+        n, body = len(messages), idx.body
+        start, old_pin = self._covered(plan, body)
+        pin = self._pin(messages, idx, cut)
+        block = [messages[old_pin]] if old_pin is not None and old_pin != pin else []
+        block += [m for i, m in enumerate(messages[start:cut], start) if i != pin]
+        summary = await self._summarise(block, plan.summary if plan is not None else None)
+        kept = [(0, body)] if body else []
+        if pin is not None:
+            kept.append((pin, pin + 1))
+        kept.append((cut, n))
+        return Plan(
             n=n,
             fp=fingerprint(messages, n),
-            kept=[*([(0, body)] if body else []), (cut, n)] if cut < n else [(0, body)] if body else [],
-            summarized=[(body, cut)],
+            kept=kept,
+            summarized=[(s, e) for s, e in ((body, pin), (pin + 1, cut)) if s < e]
+            if pin is not None
+            else [(body, cut)],
             summary=summary,
             summary_at=body,
         )
-        out = render(new, messages)
-        counter = self.counter
-        before, after = counter.count_request(messages, tools), counter.count_request(out, tools)
-        self._plan = new
-        self.last_view_tokens = after
-        self._record(state, trigger, new, messages, before, after)
-        return out
+
+    def _exceeded(
+        self, needed: int, view: list[Message], messages: Sequence[Message], why: str
+    ) -> ContextWindowExceeded:
+        assert self.context_length is not None
+        where = {id(m): i for i, m in enumerate(messages)}
+        counts = self.counter.message_counts(view)
+        k = max(range(len(view)), key=counts.__getitem__) if view else 0
+        largest = (where.get(id(view[k]), -1), view[k].role, counts[k]) if view else (-1, "none", 0)
+        return ContextWindowExceeded(
+            f"SummarizingConversationManager cannot fit the view into context_length={self.context_length:,} "
+            f"({why}; the last {self.preserve_recent_messages} messages, preserve_recent_messages, stay)",
+            tokens_needed=needed,
+            window=self.context_length,
+            largest=largest,
+        )
 
     async def _summarise(self, messages: list[Message], previous: str | None) -> str:
         fn = self.summarizer if self.summarizer is not None else self._agent_model

@@ -1,20 +1,43 @@
 """LLMCompactor: keep a long thread inside the model's window, token-aware (seed 000).
 
 The compactor runs on the way into Think, and only when the request would exceed
-``trigger_fraction * context_length`` tokens (counted exactly, see :mod:`tulip_nb.tokens`). Then it
-makes a new plan of what the model sees:
+``trigger_fraction * context_length`` tokens (counted exactly, see :mod:`tulip_nb.tokens`; a
+request is its messages plus the tool schemas plus the reply priming). Then it makes a new plan of
+what the model sees:
 
-1. **Protect** the system prompt and the first ``head_turns`` turns (a turn is a user message and
-   everything up to the next one: tool calls, results, the answer).
+1. **Protect** the system prompt and the **head**: the first ``head_turns`` turns (a turn is a user
+   message and everything up to the next one: tool calls, results, the answer), and any prefix
+   before the first user message. The head never reaches into the current (last) turn.
 2. **Prune stale tool output**: tool results older than ``tool_output_ttl_turns`` turns keep their
    message (so every call still has its result) but their content becomes a short stub.
 3. **Keep a tail**: whole units (a call with its results) from the end, while they fit in
-   ``tail_token_fraction * context_length`` tokens (at least the last unit).
+   ``tail_token_fraction * context_length`` tokens (at least the newest unit). A tail that starts
+   inside a turn also shows that turn's user message, first (counted in the budget).
 4. **The middle** between head and tail is summarised with ``summarize_fn(messages,
    previous_summary)`` when given (the previous summary is the thread's, from the saved manager
    state, so a summary compounds across compactions and restarts), else dropped.
-5. **Fit**: if the result still exceeds ``context_length``, shrink the tail, prune the head's tool
-   output, drop the head, drop the summary, in that order.
+5. **Fit**: while the view exceeds the window, drop tail units from the oldest, then stub the
+   head's tool output, then drop the summary.
+
+**The window is a hard bound** (``effective_context``: ``context_length``, or less once the model
+reported an overflow). Every view is a valid conversation within it, and what may go is fixed:
+
+- never dropped nor changed: the system prompt; the current turn's user message; the newest unit
+  (the tool results the model must now answer, with their call — or the user message itself);
+- never dropped: the head (its tool output may be stubbed, as a last resort);
+- may be stubbed: tool output of stale turns and of the head;
+- may be summarised or dropped: whole older turns, and older units of a kept turn (the current one
+  included) — a kept turn always keeps its user message, so units are never shown after a user
+  message of another turn than theirs; the summary itself may be dropped;
+- a call is never shown without its results nor a result without its call: a unit is kept or cut
+  whole, and calls and results pair by position (:mod:`tulip_nb.core.calls`), never by id.
+
+When even the must-keep part (system prompt + head with tool output stubbed + the current user
+message + the newest unit, plus tools and reply priming) exceeds the window,
+:class:`~tulip_nb.core.errors.ContextWindowExceeded` is raised before the model (or the summariser)
+is called, naming the tokens needed, the window and the largest message of that part. The view's
+count is exact: ``counter.count_request(view, tools)`` equals ``last_view_tokens`` and the event's
+``tokens_after``.
 
 The plan is kept (in the thread's manager state) and new messages are appended to it verbatim
 until the view crosses the trigger again: between compactions the start of the request does not
@@ -31,13 +54,14 @@ This module also gathers every manager under one import path, and provides
 from __future__ import annotations
 
 import inspect
+from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tulip_nb.core.errors import UserError
+from tulip_nb.core.errors import ContextWindowExceeded, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.memory._events import EVENTS_KEY, STATE_KEY, model_view, model_views
-from tulip_nb.memory._history import HistoryIndex, Plan, Ranges, fingerprint, render, stub, to_ranges
+from tulip_nb.memory._history import HistoryIndex, Plan, Ranges, fingerprint, render, summary_message, to_ranges
 from tulip_nb.memory._summarizing import SummarizingConversationManager
 from tulip_nb.memory.managers import (
     ConversationManager,
@@ -85,6 +109,11 @@ class LLMCompactor(PlanningManager):
         summarize_fn: ``(messages, previous_summary) -> str``; without it the middle is dropped.
         tool_output_ttl_turns: tool results older than this many turns are stubbed (0: never).
         token_counter / model: see :class:`~tulip_nb.memory.managers.PlanningManager`.
+
+    Raises:
+        ContextWindowExceeded: from :meth:`apply` / :meth:`aapply`, when the system prompt, the
+            head (tool output stubbed), the current user message and the newest unit cannot fit
+            ``effective_context`` with the tool schemas (see the module docstring).
     """
 
     def __init__(
@@ -116,7 +145,6 @@ class LLMCompactor(PlanningManager):
         self.tail_token_fraction = tail_token_fraction
         self.summarize_fn = summarize_fn
         self.tool_output_ttl_turns = tool_output_ttl_turns
-        self._scratch: tuple[HistoryIndex, int] = (self._index, 0)
         self._plan_cost: tuple[Plan, int] | None = None
 
     def __repr__(self) -> str:
@@ -125,6 +153,9 @@ class LLMCompactor(PlanningManager):
             f"head_turns={self.head_turns}, tail_token_fraction={self.tail_token_fraction}, "
             f"summarize_fn={getattr(self.summarize_fn, '__name__', self.summarize_fn)!r})"
         )
+
+    def window_tokens(self) -> int | None:
+        return self.context_length
 
     # -- budgets (an overflow report caps them for this thread) --------------------------------
     @property
@@ -150,7 +181,7 @@ class LLMCompactor(PlanningManager):
         decision = self._decide(messages, tools)
         if isinstance(decision, list):
             return decision
-        return self._commit(decision[0], messages, tools, state)
+        return self._commit(decision, messages, state)
 
     async def _aview(
         self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None, state: AgentState | None
@@ -158,17 +189,18 @@ class LLMCompactor(PlanningManager):
         decision = self._decide(messages, tools)
         if isinstance(decision, list):
             return decision
-        plan, middle, previous = decision
+        middle = decision.middle()
         if middle and self.summarize_fn is not None:
-            result = self.summarize_fn(middle, previous)
+            result = self.summarize_fn(middle, decision.prev_summary)
             summary = await result if inspect.isawaitable(result) else result
-            plan = _with_summary(plan, str(summary))
-        return self._commit(plan, messages, tools, state)
+            decision.summarise(str(summary))
+        return self._commit(decision, messages, state)
 
-    def _decide(
-        self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None
-    ) -> list[Message] | tuple[Plan, list[Message], str | None]:
-        """The view when no compaction is due, else ``(plan, middle to summarise, previous summary)``."""
+    def _decide(self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None) -> list[Message] | _Cut:
+        """The view when no compaction is due, else the compaction to make (summary still to write).
+
+        Raises :class:`ContextWindowExceeded` when what must be kept cannot fit (module docstring).
+        """
         counter = self.counter
         fixed = counter.count_tools(tools) + REPLY_PRIMING
         plan = self._current_plan(messages)
@@ -180,10 +212,38 @@ class LLMCompactor(PlanningManager):
             else:
                 total = self._plan_tokens(plan, messages) + idx.span(plan.n, len(messages)) + fixed
                 view = render(plan, messages)
-            if total <= self.trigger_tokens:
+            if total <= self.trigger_tokens:  # <= effective_context: the view fits
                 self.last_view_tokens = total
                 return view
-        return self._compact(messages, idx, fixed, plan)
+        limit = self.effective_context
+        if not idx.units:  # a system prompt alone: nothing can be cut
+            total = idx.prefix[-1] + fixed
+            if total > limit:
+                sizes = [(i, m.role, idx.counts[i]) for i, m in enumerate(messages)]
+                raise self._exceeded(total, limit, sizes)
+            self._reduce_pending = False
+            self.last_view_tokens = total
+            return messages
+        cut = _Cut(messages, idx, fixed, self.head_turns, self.tool_output_ttl_turns)
+        needed = cut.minimal(limit)
+        if needed > limit:
+            raise self._exceeded(needed, limit, cut.minimal_sizes())
+        cut.reuse(plan)
+        cut.choose_tail(self.tail_budget)
+        return cut
+
+    def _exceeded(self, needed: int, limit: int, sizes: Sequence[tuple[int, str, int]]) -> ContextWindowExceeded:
+        window = f"window of {limit:,} tokens"
+        if limit != self.context_length:
+            window += f" (context_length {self.context_length:,}, capped after an overflow report)"
+        return ContextWindowExceeded(
+            f"LLMCompactor cannot fit what it must keep into the {window} - the system prompt, the first "
+            f"{self.head_turns} turn(s) (head_turns, tool output cleared), the current turn's user message "
+            "and its newest tool round, plus the tool schemas",
+            tokens_needed=needed,
+            window=limit,
+            largest=max(sizes, key=lambda size: size[2]),
+        )
 
     def _plan_tokens(self, plan: Plan, messages: Sequence[Message]) -> int:
         """Tokens of ``plan``'s view of ``messages[:plan.n]`` (counted once per plan)."""
@@ -194,86 +254,14 @@ class LLMCompactor(PlanningManager):
         self._plan_cost = (plan, tokens)
         return tokens
 
-    # -- compaction ----------------------------------------------------------------------------
-    def _compact(
-        self, messages: list[Message], idx: HistoryIndex, fixed: int, previous: Plan | None
-    ) -> tuple[Plan, list[Message], str | None]:
-        n = len(messages)
-        unit_list, turns = idx.units, idx.turns
-        # Head: everything before the (head_turns+1)-th turn; a prefix before the first user
-        # message belongs to the head too.
-        k = turns[self.head_turns] if len(turns) > self.head_turns else len(unit_list)
-        head_end = unit_list[k][0] if k < len(unit_list) else n
-        # What an earlier compaction summarised stays summarised (the summary compounds).
-        prev_summary = previous.summary if previous is not None else None
-        floor = head_end
-        if previous is not None and previous.summarized and previous.summarized[0][0] == head_end:
-            floor = previous.summarized[-1][1]
-        else:
-            prev_summary = None
-        # Stale tool output: results in turns older than the last ``ttl`` turns get a stub.
-        ttl = self.tool_output_ttl_turns
-        stale_end = unit_list[turns[-ttl]][0] if ttl and len(turns) > ttl else floor
-        stale_end = max(stale_end, floor)
-        prefix = idx.prefix
-        stubbed = idx.stub_prefix() if stale_end > floor else prefix
-
-        def cost(s: int, e: int) -> int:  # tokens of messages[s:e], stale tool output stubbed
-            m = min(max(s, stale_end), e)
-            return stubbed[m] - stubbed[s] + prefix[e] - prefix[m]
-
-        # Tail: whole units from the end within the tail budget (at least the last one).
-        tail_start, used, budget = n, 0, self.tail_budget
-        for u in range(len(unit_list) - 1, idx.unit_at(floor) - 1, -1):
-            s, e = unit_list[u]
-            size = cost(s, e)
-            if tail_start < n and used + size > budget:
-                break
-            tail_start, used = s, used + size
-        tail_start = max(tail_start, floor)
-        # Shown: the head and the tail; tool results of the tail older than stale_end are pruned.
-        kept: Ranges = [(0, head_end)] if head_end else []
-        pruned: Ranges = []
-        pos = tail_start
-        for i in range(tail_start, min(stale_end, n)):
-            if messages[i].role == "tool":
-                if i > pos:
-                    kept.append((pos, i))
-                if pruned and pruned[-1][1] == i:
-                    pruned[-1] = (pruned[-1][0], i + 1)
-                else:
-                    pruned.append((i, i + 1))
-                pos = i + 1
-        if pos < n:
-            kept.append((pos, n))
-        kept = _merge(kept)
-        plan = Plan(
-            n=n,
-            fp=fingerprint(messages, n),
-            kept=kept,
-            pruned=pruned,
-            summarized=[(head_end, floor)] if prev_summary is not None else [],
-            summary=prev_summary,
-            summary_at=head_end,
-        )
-        self._scratch = (idx, fixed)
-        return plan, messages[floor:tail_start], prev_summary
-
-    def _commit(
-        self,
-        plan: Plan,
-        messages: list[Message],
-        tools: Sequence[Mapping[str, Any]] | None,
-        state: AgentState | None,
-    ) -> list[Message]:
+    def _commit(self, cut: _Cut, messages: list[Message], state: AgentState | None) -> list[Message]:
         trigger = "overflow" if self._reduce_pending else "threshold"
         self._reduce_pending = False
-        idx, fixed = self._scratch
-        plan, after = _fit(plan, messages, self.counter, idx, fixed, self.effective_context)
+        plan, after = cut.fit(self.counter, self.effective_context)
         view = render(plan, messages)
-        before = idx.prefix[-1] + fixed
+        before = cut.idx.prefix[-1] + cut.fixed
         self._plan = plan
-        self._plan_cost = (plan, after - fixed)
+        self._plan_cost = (plan, after - cut.fixed)
         self.last_view_tokens = after
         self._record(state, trigger, plan, messages, before, after)
         return view
@@ -291,83 +279,224 @@ class LLMCompactor(PlanningManager):
         )
 
 
-def _with_summary(plan: Plan, summary: str) -> Plan:
-    """``plan`` with the block after the head (earlier summary and the dropped middle) summarised."""
-    block = [r for r in plan.dropped() + plan.summarized if r[0] >= plan.summary_at]
-    if not block:
-        return plan
-    plan.summarized = [(plan.summary_at, max(e for _, e in block))]
-    plan.summary, plan._summary_msg = summary, None
-    return plan
+class _Cut:
+    """One compaction of a history: its structure, what it keeps, and the fit (module docstring).
 
-
-def _fit(
-    plan: Plan,
-    messages: Sequence[Message],
-    counter: TokenCounter,
-    idx: HistoryIndex,
-    fixed: int,
-    limit: int,
-) -> tuple[Plan, int]:
-    """Cut ``plan`` further until its view fits ``limit`` tokens, when that is possible.
-
-    In order: drop tail units from the front (the last unit stays), stub the head's tool output,
-    drop the head, drop the summary. ``fixed`` is what every request costs (tools, reply priming).
-    Returns the plan and its view's prompt tokens.
+    Positions are message indices; ``u`` names a unit (an index into ``idx.units``). The view is
+    ``[system, head, summary?, pin?, tail]``: the head is ``messages[:head_end]``; the tail is the
+    units from ``tail`` to the newest; ``pin`` is the user message of the tail's first turn when the
+    tail starts inside that turn (a kept turn keeps its user message).
     """
-    count = counter.count_message
-    summary = plan.summary_msg()
-    summary_cost = count(summary) if summary is not None else 0
-    total = fixed + summary_cost + sum(idx.span(s, e) for s, e in plan.kept)
-    if plan.pruned:  # pruned ranges hold tool results only: their stubbed cost
-        stubbed = idx.stub_prefix()
-        total += sum(stubbed[e] - stubbed[s] for s, e in plan.pruned)
-    if total <= limit:
-        return plan, total
-    counts, unit_list = idx.counts, idx.units
-    n = plan.n
-    label = ["d"] * n
-    for code, ranges in (("k", plan.kept), ("p", plan.pruned), ("s", plan.summarized)):
-        for s, e in ranges:
-            label[s:e] = [code] * (e - s)
 
-    def cost(i: int) -> int:
-        c = label[i]
-        return counts[i] if c == "k" else count(stub(messages[i])) if c == "p" else 0
+    def __init__(self, messages: Sequence[Message], idx: HistoryIndex, fixed: int, head_turns: int, ttl: int) -> None:
+        self.messages, self.idx, self.fixed = messages, idx, fixed
+        self.n = len(messages)
+        units, turns = idx.units, idx.turns
+        self.last = len(units) - 1
+        newest = units[-1][0]
+        # The head: the first ``head_turns`` turns (and any prefix before the first user message),
+        # never reaching into the current turn, which follows its own rule (user message + newest
+        # unit kept; older rounds may go).
+        head = units[turns[head_turns]][0] if len(turns) > head_turns else self.n
+        self.head_end = min(head, units[turns[-1]][0] if turns else newest)
+        # Tool output in turns older than the last ``ttl`` turns is stale (stubbed in the tail).
+        self.stale_end = units[turns[-ttl]][0] if ttl and len(turns) > ttl else 0
+        self._stubbed: list[int] | None = None
+        # An earlier summary that still holds: it covers ``prev_summarized`` (inside [head_end, floor)).
+        self.floor = self.head_end
+        self.prev_summarized: Ranges = []
+        self.prev_summary: str | None = None
+        self.summarized: Ranges = []
+        self.summary: str | None = None
+        self.tail = self.last
+        self.pin = self.pin_for(self.last)
 
-    body = 1 if n and messages[0].role == "system" else 0
-    head_end = plan.summary_at
-    tail = [(s, e) for s, e in unit_list if s >= head_end and label[s] in "kp"]
-    for s, e in tail[:-1]:
-        if total <= limit:
-            break
-        for i in range(s, e):
-            total -= cost(i)
-            label[i] = "d"
-    for i in range(body, head_end):
-        if total <= limit:
-            break
-        if label[i] == "k" and messages[i].role == "tool":
-            total -= cost(i)
-            label[i] = "p"
-            total += cost(i)
-    if total > limit:
-        for i in range(body, head_end):
-            total -= cost(i)
-            label[i] = "d"
-    if total > limit and summary is not None:
-        label = ["d" if c == "s" else c for c in label]
-        total -= summary_cost
-    summarized = to_ranges(i for i in range(n) if label[i] == "s")
-    return Plan(
-        n=n,
-        fp=plan.fp,
-        kept=to_ranges(i for i in range(n) if label[i] == "k"),
-        pruned=to_ranges(i for i in range(n) if label[i] == "p"),
-        summarized=summarized,
-        summary=plan.summary if summarized else None,
-        summary_at=head_end,
-    ), total
+    # -- costs ---------------------------------------------------------------------------------
+    def stubbed(self) -> list[int]:
+        if self._stubbed is None:
+            self._stubbed = self.idx.stub_prefix()
+        return self._stubbed
+
+    def cost(self, s: int, e: int) -> int:
+        """Tokens of ``messages[s:e]`` as the tail shows them (stale tool output stubbed)."""
+        prefix = self.idx.prefix
+        if s >= self.stale_end:
+            return prefix[e] - prefix[s]
+        m = min(self.stale_end, e)
+        stubbed = self.stubbed()
+        return stubbed[m] - stubbed[s] + prefix[e] - prefix[m]
+
+    def unit_cost(self, u: int) -> int:
+        s, e = self.idx.units[u]
+        return self.cost(s, e)
+
+    def pin_for(self, u: int) -> int | None:
+        """The user message shown before a tail starting at unit ``u`` (``None``: none needed)."""
+        if self.messages[self.idx.units[u][0]].role == "user":
+            return None
+        return self.idx.turn_of(u)
+
+    def pin_cost(self, pin: int | None) -> int:
+        return self.idx.counts[pin] if pin is not None else 0
+
+    def minimal(self, limit: int) -> int:
+        """Tokens of the smallest view allowed: system, head (tool output stubbed if need be), the
+        current turn's user message, the newest unit, tools and reply priming."""
+        newest = self.idx.units[-1][0]
+        base = self.fixed + self.pin_cost(self.pin_for(self.last)) + self.idx.span(newest, self.n)
+        total = base + self.idx.prefix[self.head_end]
+        if total > limit:
+            total = base + self.stubbed()[self.head_end]
+        return total
+
+    def minimal_sizes(self) -> list[tuple[int, str, int]]:
+        """``(index, role, tokens)`` of every message of the smallest view (for the error)."""
+        stubbed, counts, msgs = self.stubbed(), self.idx.counts, self.messages
+        out: list[tuple[int, str, int]] = [(i, msgs[i].role, stubbed[i + 1] - stubbed[i]) for i in range(self.head_end)]
+        pin = self.pin_for(self.last)
+        if pin is not None:
+            out.append((pin, "user", counts[pin]))
+        out += [(i, msgs[i].role, counts[i]) for i in range(self.idx.units[-1][0], self.n)]
+        return out
+
+    # -- choices ---------------------------------------------------------------------------------
+    def reuse(self, previous: Plan | None) -> None:
+        """Keep ``previous``'s summary when it still covers a block right after this head.
+
+        It does when it was placed at this head's end, ends on a unit boundary before the newest
+        unit, and does not hold the user message a tail starting there must show.
+        """
+        if previous is None or previous.summary is None or not previous.summarized:
+            return
+        ranges = previous.summarized
+        floor = ranges[-1][1]
+        if previous.summary_at != self.head_end or ranges[0][0] < self.head_end or floor > self.idx.units[-1][0]:
+            return
+        u = self.idx.unit_at(floor)
+        if self.idx.starts[u] != floor:
+            return
+        pin = self.pin_for(u)
+        if pin is not None and any(s <= pin < e for s, e in ranges):
+            return
+        self.floor, self.prev_summarized, self.prev_summary = floor, ranges, previous.summary
+        self.summarized, self.summary = ranges, previous.summary
+
+    def choose_tail(self, budget: int) -> None:
+        """The newest units (and their turn's user message) within ``budget``; at least the newest."""
+        idx = self.idx
+        units, turns, counts, prefix = idx.units, idx.turns, idx.counts, idx.prefix
+        stale_end = self.stale_end
+        stubbed = self.stubbed() if stale_end > self.floor else prefix
+        tail, pin = self.last, self.pin
+        used = self.unit_cost(tail)
+        t = bisect_right(turns, tail) - 1  # the turn (index into ``turns``) of unit ``u`` below
+        # Inlined cost() and pin_for(): this loop walks the whole tail on every compaction.
+        for u in range(tail - 1, idx.unit_at(self.floor) - 1, -1):
+            s, e = units[u]
+            if s < stale_end:
+                m = e if e < stale_end else stale_end
+                used_u = used + stubbed[m] - stubbed[s] + prefix[e] - prefix[m]
+            else:
+                used_u = used + prefix[e] - prefix[s]
+            while t >= 0 and turns[t] > u:
+                t -= 1
+            p = None if t < 0 or turns[t] == u else units[turns[t]][0]
+            if used_u + (counts[p] if p is not None else 0) > budget:
+                break
+            used, tail, pin = used_u, u, p
+        self.tail, self.pin = tail, pin
+
+    def middle(self) -> list[Message]:
+        """The messages between head and tail that no summary holds yet (what a summary would add)."""
+        holes = sorted([*self.prev_summarized, *([(self.pin, self.pin + 1)] if self.pin is not None else [])])
+        tail_start = self.idx.units[self.tail][0]
+        return [m for s, e in _subtract(self.head_end, tail_start, holes) for m in self.messages[s:e]]
+
+    def summarise(self, summary: str) -> None:
+        """A new summary covers everything between head and tail (the pinned user message stays)."""
+        pin = [(self.pin, self.pin + 1)] if self.pin is not None else []
+        self.summarized = _subtract(self.head_end, self.idx.units[self.tail][0], pin)
+        self.summary = summary
+
+    # -- the fit ---------------------------------------------------------------------------------
+    def fit(self, counter: TokenCounter, limit: int) -> tuple[Plan, int]:
+        """The plan, cut further until its view fits ``limit`` tokens, and its view's prompt tokens.
+
+        In order: drop tail units from the oldest (a turn's user message goes with its last unit;
+        the newest unit and the current user message stay), stub the head's tool output, drop the
+        summary. :meth:`minimal` was checked to fit, so this always ends within ``limit``.
+        """
+        idx, msgs, counts = self.idx, self.messages, self.idx.counts
+        summary_msg = summary_message(self.summary) if self.summary is not None else None
+        summary_cost = counter.count_message(summary_msg) if summary_msg is not None else 0
+        tail, pin = self.tail, self.pin
+        pin_cost = self.pin_cost(pin)
+        total = self.fixed + idx.prefix[self.head_end] + summary_cost + pin_cost
+        total += self.cost(idx.units[tail][0], self.n)
+        while total > limit and tail < self.last:
+            total -= self.unit_cost(tail) + pin_cost
+            tail += 1
+            pin = self.pin_for(tail)
+            pin_cost = self.pin_cost(pin)
+            total += pin_cost
+        head_pruned: list[int] = []
+        if total > limit:
+            stubbed = self.stubbed()
+            for i in range(idx.body, self.head_end):
+                if msgs[i].role == "tool":
+                    head_pruned.append(i)
+                    total -= counts[i] - (stubbed[i + 1] - stubbed[i])
+                    if total <= limit:
+                        break
+        if total > limit and summary_msg is not None:
+            total -= summary_cost
+            summary_msg = None
+        if total > limit:  # unreachable: minimal() fits
+            raise AssertionError(f"LLMCompactor fit left {total} tokens over a window of {limit}")
+        return self._plan(tail, pin, head_pruned, summary_msg), total
+
+    def _plan(self, tail: int, pin: int | None, head_pruned: list[int], summary_msg: Message | None) -> Plan:
+        msgs, n = self.messages, self.n
+        tail_start = self.idx.units[tail][0]
+        kept: Ranges = []
+        pos = 0
+        for i in head_pruned:
+            kept.append((pos, i))
+            pos = i + 1
+        kept.append((pos, self.head_end))
+        if pin is not None:
+            kept.append((pin, pin + 1))
+        stale = [i for i in range(tail_start, min(self.stale_end, n)) if msgs[i].role == "tool"]
+        pos = tail_start
+        for i in stale:
+            kept.append((pos, i))
+            pos = i + 1
+        kept.append((pos, n))
+        return Plan(
+            n=n,
+            fp=fingerprint(msgs, n),
+            kept=_merge(kept),
+            pruned=to_ranges([*head_pruned, *stale]),
+            summarized=self.summarized if summary_msg is not None else [],
+            summary=self.summary if summary_msg is not None else None,
+            summary_at=self.head_end,
+            _summary_msg=summary_msg,
+        )
+
+
+def _subtract(start: int, end: int, holes: Ranges) -> Ranges:
+    """``[start, end)`` without the sorted, disjoint ``holes``."""
+    out: Ranges = []
+    pos = start
+    for s, e in holes:
+        if e <= pos or s >= end:
+            continue
+        if s > pos:
+            out.append((pos, s))
+        pos = max(pos, e)
+    if pos < end:
+        out.append((pos, end))
+    return out
 
 
 def _merge(ranges: Ranges) -> Ranges:

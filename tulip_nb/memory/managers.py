@@ -75,6 +75,11 @@ class ConversationManager(ABC):  # noqa: B024 - every method has a usable defaul
         """This manager's state for the thread (JSON-serialisable)."""
         return {}
 
+    def window_tokens(self) -> int | None:
+        """The context window (tokens) this manager bounds every view by; None when it does not
+        count tokens (a sliding window counts messages). Saved with the thread as ``"window"``."""
+        return None
+
     def restore_from_session(self, state: dict[str, Any]) -> None:  # noqa: B027
         """Restore what :meth:`get_state` returned, after a thread is loaded."""
 
@@ -245,6 +250,9 @@ class PlanningManager(ConversationManager):
             "overflows": self._overflows,
             "overflow_limit": self._overflow_limit,
         }
+        window = self.window_tokens()
+        if window is not None:
+            out["window"] = window
         tokens = self._index.saved_counts()
         if tokens is not None:
             # Exact per-message counts, saved with the thread so it opens without encoding it all
@@ -265,8 +273,11 @@ class SlidingWindowManager(PlanningManager):
     """Keep the system prompt and the most recent ``window_size`` messages (seed 000 / 002).
 
     The cut never splits a tool call from its results (it moves forward to the next whole unit),
-    and the view keeps at least one user message: when the window holds none, the latest user
-    message is shown just before it. A context overflow halves the window for this thread.
+    nor a turn from its user message: a window that starts inside a turn starts at the next turn
+    instead, and when the window holds no user message at all (one long turn), that turn's user
+    message is shown just before it. A context overflow halves the window for this thread. The
+    window counts messages, not tokens: this manager never raises
+    :class:`~tulip_nb.core.errors.ContextWindowExceeded`.
 
     >>> m = SlidingWindowManager(window_size=2, token_counter=lambda msg: 1)
     >>> [x.content for x in m.apply([Message.system("s"), Message.user("a"),
@@ -304,14 +315,16 @@ class SlidingWindowManager(PlanningManager):
         starts, unit_list = idx.starts, idx.units
         # First unit starting at or after the nominal cut; at least the last unit is kept.
         k = min(idx.unit_at(n - window), len(starts) - 1)
-        cut = starts[k]
         kept = [(0, body)] if body else []
-        if not any(messages[i].role == "user" for i in range(cut, n)):
-            # the newest turn-opening unit before the cut
-            t = bisect_left(idx.turns, k) - 1
-            if t >= 0:
-                kept.append(unit_list[idx.turns[t]])
-        kept.append((cut, n))
+        # A kept turn keeps its user message: a window that starts inside a turn starts at the next
+        # turn instead; when it holds no turn start, the user message of its turn is shown first.
+        t = bisect_left(idx.turns, k)
+        if messages[starts[k]].role != "user":
+            if t < len(idx.turns):
+                k = idx.turns[t]
+            elif t > 0:
+                kept.append(unit_list[idx.turns[t - 1]])
+        kept.append((starts[k], n))
         return Plan(n=n, fp=fingerprint(messages, n), kept=kept)
 
     def _same_cut(self, plan: Plan, messages: Sequence[Message]) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from tulip_nb.core import errors
 from tulip_nb.core.errors import TulipNBError
 from tulip_nb.core.messages import Message
 
@@ -77,5 +78,11 @@ class ModelHTTPError(ModelError):
         super().__init__(message, **kw)
 
 
-class ContextWindowExceeded(ModelHTTPError):
-    """The request did not fit the model's context window; the agent asks its manager to reduce."""
+class ContextWindowExceeded(ModelHTTPError, errors.ContextWindowExceeded):
+    """The provider reported that the request did not fit its context window.
+
+    The agent then asks its manager to reduce (``manager.reduce_context``) and retries once. Also a
+    :class:`tulip_nb.core.errors.ContextWindowExceeded` (what a manager raises before calling the
+    model when the must-keep part of a request cannot fit): ``except`` on the core class catches
+    both, ``except`` on this one only the provider's report.
+    """

@@ -2,8 +2,9 @@
 
 Replaying a thread cell by cell means running the agent again with a model that answers exactly
 what the original model answered. ``ReplayModel(state)`` does that; before each answer it compares
-the new input since the previous assistant message (user and tool messages) with what was recorded
-at that point. A difference (a tool now returns something else, a prompt was edited) is recorded in
+the new input since the previous assistant message (user and tool messages: role, text, and for a
+tool result the call it answers, by position, never by id) with what was recorded at that point. A
+difference (a tool now returns something else, a prompt was edited) is recorded in
 :attr:`ReplayModel.divergences` (or raised with ``strict=True``) — that is where a replay stops
 being a faithful copy of the original run::
 
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tulip_nb.core.calls import pair_block
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.models.base import ModelError, ModelResponse, Usage
@@ -38,16 +40,36 @@ class ReplayDiverged(ModelError):
     """A strict replay met input that differs from the recording."""
 
 
-def _tail(messages: Sequence[Message]) -> list[Message]:
-    """The messages after the last assistant message (the new input of one request)."""
-    for i in range(len(messages) - 1, -1, -1):
+def _tail(messages: Sequence[Message], end: int | None = None) -> list[Message]:
+    """The messages of ``messages[:end]`` after its last assistant message (the new input of one
+    request; all but the system prompt when there is none)."""
+    stop = len(messages) if end is None else end
+    for i in range(stop - 1, -1, -1):
         if messages[i].role == "assistant":
-            return list(messages[i + 1 :])
-    return [m for m in messages if m.role != "system"]
+            return list(messages[i + 1 : stop])
+    return [m for m in messages[:stop] if m.role != "system"]
 
 
-def _key(m: Message) -> tuple[Any, ...]:
-    return (m.role, m.content, m.tool_call_id)
+def _keys(messages: Sequence[Message], end: int | None = None) -> list[tuple[Any, ...]]:
+    """What is compared of the new input: role and content of each message, and for a tool result
+    the index of the call it answers, by position (:mod:`tulip_nb.core.calls`) — not its id, which
+    a provider may reuse or leave empty."""
+    stop = len(messages) if end is None else end
+    i = stop - 1
+    while i >= 0 and messages[i].role != "assistant":
+        i -= 1
+    if i < 0:
+        return [(m.role, m.content, None) for m in messages[:stop] if m.role != "system"]
+    calls = messages[i].tool_calls
+    block = i + 1
+    while block < stop and messages[block].role == "tool":
+        block += 1
+    answers = pair_block([c.id for c in calls], [messages[t].tool_call_id for t in range(i + 1, block)])
+    out: list[tuple[Any, ...]] = [
+        (m.role, m.content, answers[t - i - 1] if t < block else None)
+        for t, m in enumerate(messages[i + 1 : stop], i + 1)
+    ]
+    return out
 
 
 class ReplayModel:
@@ -59,10 +81,8 @@ class ReplayModel:
         messages = list(recording.messages if isinstance(recording, AgentState) else recording)
         self.name = name
         self.strict = strict
-        self._answers: list[tuple[list[Message], Message]] = []
-        for i, m in enumerate(messages):
-            if m.role == "assistant":
-                self._answers.append((_tail(messages[:i]), m))
+        self._messages = messages
+        self._answers: list[tuple[int, Message]] = [(i, m) for i, m in enumerate(messages) if m.role == "assistant"]
         self.calls = 0
         self.divergences: list[Divergence] = []
 
@@ -75,10 +95,9 @@ class ReplayModel:
         if index >= len(self._answers):
             raise ModelError(f"ReplayModel has no recorded answer for call {index + 1} ({len(self._answers)} recorded)")
         self.calls += 1
-        expected, answer = self._answers[index]
-        actual = _tail(messages)
-        if [_key(m) for m in expected] != [_key(m) for m in actual]:
-            div = Divergence(index, expected, actual)
+        at, answer = self._answers[index]
+        if _keys(self._messages, at) != _keys(messages):
+            div = Divergence(index, _tail(self._messages, at), _tail(messages))
             self.divergences.append(div)
             if self.strict:
                 raise ReplayDiverged(f"replay diverged at model call {index + 1}", call_index=index)

@@ -30,6 +30,7 @@ import orjson
 
 from tulip_nb.agent.events import ModelCall, ToolCalled
 from tulip_nb.agent.result import Step
+from tulip_nb.core.calls import execution_position
 from tulip_nb.core.messages import ToolCall
 
 __all__ = ["DONE", "SUCCESS_REASONS", "StreamHook", "done_frame", "encode", "frames"]
@@ -58,14 +59,17 @@ class StreamHook:
     def __init__(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
         self.queue = queue
         self._batch: list[ToolCall] = []
-        self._started: set[str] = set()
-        self._completed: set[str] = set()
+        # Calls are tracked by their index in the batch (providers reuse ids, even inside one
+        # response), the batch being the calls of the assistant message at ``self._at``.
+        self._at: int | None = None
+        self._started: set[int] = set()
+        self._completed: set[tuple[int, int]] = set()
 
     def _put(self, frame: dict[str, Any]) -> None:
         self.queue.put_nowait(frame)
 
-    def _announce(self, call: ToolCall) -> None:
-        self._started.add(call.id)
+    def _announce(self, k: int, call: ToolCall) -> None:
+        self._started.add(k)
         self._put(_start(call))
 
     def on_model_call(self, event: ModelCall) -> None:
@@ -78,15 +82,20 @@ class StreamHook:
                 "tool_calls": len(calls),
             }
         )
-        self._batch, self._started = calls, set()
+        self._batch, self._started, self._at = calls, set(), None
         if calls:
-            self._announce(calls[0])
+            self._announce(0, calls[0])
 
     def on_tool_call(self, event: ToolCalled) -> None:
         call = event.call
-        if call.id not in self._started:  # a resumed batch: no model call announced it
-            self._announce(call)
-        self._completed.add(call.id)
+        i, k = event.position if event.position is not None else (-1, -1)
+        if self._at != i:
+            if self._at is not None or not self._batch:  # a resumed batch: no model call announced it
+                self._batch, self._started = [], set()
+            self._at = i
+        if k not in self._started:
+            self._announce(k, call)
+        self._completed.add((i, k))
         self._put(
             {
                 "type": "tool_complete",
@@ -97,27 +106,28 @@ class StreamHook:
                 "duration_ms": round(event.duration_ms, 3),
             }
         )
-        ids = [c.id for c in self._batch]
-        if call.id in ids and ids.index(call.id) + 1 < len(ids):
-            self._announce(self._batch[ids.index(call.id) + 1])
+        if k >= 0 and k + 1 < len(self._batch):
+            self._announce(k + 1, self._batch[k + 1])
 
     def on_step(self, step: Step) -> None:
         """After each step: a call that completed without running — an interrupt answered on
         resume — gets its ``tool_complete`` (with ``answered: true``) too."""
         for ex in step.tool_results:
-            if ex.tool_call_id not in self._completed:
-                self._completed.add(ex.tool_call_id)
-                self._put(
-                    {
-                        "type": "tool_complete",
-                        "tool": ex.tool_name,
-                        "tool_call_id": ex.tool_call_id,
-                        "result": ex.result,
-                        "error": ex.error,
-                        "duration_ms": round(ex.duration_ms or 0.0, 3),
-                        "answered": True,
-                    }
-                )
+            where = execution_position(ex)
+            if where is None or where in self._completed:
+                continue
+            self._completed.add(where)
+            self._put(
+                {
+                    "type": "tool_complete",
+                    "tool": ex.tool_name,
+                    "tool_call_id": ex.tool_call_id,
+                    "result": ex.result,
+                    "error": ex.error,
+                    "duration_ms": round(ex.duration_ms or 0.0, 3),
+                    "answered": True,
+                }
+            )
 
 
 def done_frame(steps: list[Step], *, thread_id: str | None, duration_ms: float) -> dict[str, Any]:

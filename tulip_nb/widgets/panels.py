@@ -27,7 +27,7 @@ class ThreadBrowser(Panel):
         ThreadBrowser(checkpointer, open_in=[player])
     """
 
-    def __init__(self, checkpointer: BaseCheckpointer, *, open_in: Sequence[Any] = ()) -> None:
+    def __init__(self, checkpointer: BaseCheckpointer | str, *, open_in: Sequence[Any] = ()) -> None:
         self.controller = BrowserController(checkpointer)
         self.open_in = list(open_in)
         self.callbacks: list[Callable[[Thread], None]] = []

@@ -7,7 +7,6 @@ from typing import Any
 import ipywidgets as W
 
 from tulip_nb.agent import Agent
-from tulip_nb.lab.controllers._html import png_tag
 from tulip_nb.lab.controllers.panels import BudgetController
 from tulip_nb.lab.controllers.stepper import IdFactory, StepperController
 from tulip_nb.lab.thread import Thread
@@ -123,14 +122,21 @@ class TokenBudget(Panel):
 
     ``TokenBudget(thread)`` plots a saved thread (``manager=`` gives the trigger and window);
     ``TokenBudget(stepper)`` follows a :class:`Stepper` and redraws after every step.
+    ``context_window=`` (tokens, or a registered model name) is the model's window when the
+    manager does not say it. Calls sent more than the window are red, and the label counts them.
     """
 
     def __init__(
-        self, source: Thread | Stepper | StepperController, *, manager: ConversationManager | None = None
+        self,
+        source: Thread | Stepper | StepperController,
+        *,
+        manager: ConversationManager | None = None,
+        context_window: int | str | None = None,
     ) -> None:
         ctl = source.controller if isinstance(source, Stepper) else source
         self.manager = manager
-        self.controller = BudgetController(ctl, manager=manager)
+        self.context_window = context_window
+        self.controller = BudgetController(ctl, manager=manager, context_window=context_window)
         self.label = W.Label()
         self.image = W.Image(format="png", layout=W.Layout(max_width="650px"))
         super().__init__([self.label, self.image])
@@ -148,13 +154,13 @@ class TokenBudget(Panel):
 
     def show_thread(self, thread: Thread) -> None:
         """Plot another thread (a :class:`ThreadBrowser` calls this)."""
-        self.controller = BudgetController(thread, manager=self.manager)
+        self.controller = BudgetController(thread, manager=self.manager, context_window=self.context_window)
         self._show()
 
     def _show(self) -> None:
         self.label.value = self.controller.label()
+        self.label.style.text_color = "#cf222e" if self.controller.over else None
         self.image.value = self.controller.png or b""
 
     def fallback_html(self) -> str:
-        png = self.controller.png
-        return f"<p>{self.controller.label()}</p>" + (png_tag(png, "token budget") if png else "")
+        return self.controller.html()

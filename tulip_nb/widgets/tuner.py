@@ -11,7 +11,7 @@ from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import esc
 from tulip_nb.lab.controllers.tuner import TunerController
-from tulip_nb.lab.simulate import Probe
+from tulip_nb.lab.simulate import Probes
 from tulip_nb.lab.thread import Thread
 from tulip_nb.widgets._base import Debouncer, Panel
 
@@ -29,7 +29,9 @@ class CompactionTuner(Panel):
     :class:`~tulip_nb.memory.compactor.LLMCompactor`), or ``window_size`` (a
     :class:`~tulip_nb.memory.managers.SlidingWindowManager`). Every change re-runs the simulator
     (cached per setting) and redraws the plot, the kept/dropped table and the fact-survival probes;
-    **Copy config** shows the Python line that builds the manager::
+    **Copy config** shows the Python line that builds the manager. Calls sent more than the model's
+    window (``context_window=``: tokens or a registered model name; default the compactor's
+    ``context_length``) are red in the plot, and the summary says how many::
 
         from tulip_nb.widgets import CompactionTuner
 
@@ -43,13 +45,14 @@ class CompactionTuner(Panel):
         self,
         thread: Thread | AgentState | Sequence[Message],
         *,
-        probes: Sequence[Probe] = (),
+        probes: Probes = (),
         tools: Sequence[Any] | None = None,
+        context_window: int | str | None = None,
         debounce: float = 0.12,
         max_context_length: int = 256_000,
         **settings: Any,
     ) -> None:
-        self.controller = TunerController(thread, probes=probes, tools=tools, **settings)
+        self.controller = TunerController(thread, probes=probes, tools=tools, context_window=context_window, **settings)
         self._busy = False
         s = self.controller.settings
         self.kind = W.ToggleButtons(
@@ -109,6 +112,9 @@ class CompactionTuner(Panel):
         )
         self.add_class("tulip-nb-tuner")
         self.debouncer = Debouncer(self._guard(self.status, self._apply), debounce)
+        # enable the chosen kind's sliders at once, not after the debounce: a disabled slider's
+        # readout drops what is typed into it (window_size typed right after the switch was lost)
+        self.kind.observe(self._guard(self.status, lambda _: self._sync_enabled()), names="value")
         for w in [self.kind, *self._sliders.values()]:
             w.observe(self.debouncer, names="value")
         self.copy_button.on_click(self._guard(self.status, lambda _: self.copy_config()))
@@ -158,7 +164,9 @@ class CompactionTuner(Panel):
     def show_thread(self, thread: Thread) -> None:
         """Tune another thread with the same settings and probes (a :class:`ThreadBrowser` calls this)."""
         c = self.controller
-        self.controller = TunerController(thread, probes=c.probes, tools=c.tools, **c.settings)
+        self.controller = TunerController(
+            thread, probes=c.probes, tools=c.tools, context_window=c.context_window, **c.settings
+        )
         self._show()
 
     def fallback_html(self) -> str:

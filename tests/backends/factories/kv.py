@@ -50,8 +50,7 @@ async def drop_pg_table(table: str, schema: str = "public") -> None:
 async def drop_mysql_table(table: str) -> None:
     from mysql.connector.aio import connect
 
-    conn = await connect(host="127.0.0.1", port=3306, user="root", password="", database="test",
-                         ssl_disabled=True)
+    conn = await connect(host="127.0.0.1", port=3306, user="root", password="", database="test", ssl_disabled=True)
     try:
         cur = await conn.cursor()
         await cur.execute(f"DROP TABLE IF EXISTS `{table}`")

@@ -64,7 +64,9 @@ def start_emulator() -> tuple[subprocess.Popen[bytes], str]:
 
     proc = subprocess.Popen(
         [osmem_server.resolve_binary(), "-addr", "127.0.0.1:0"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()  # {"url": "http://127.0.0.1:PORT", "pid": ..., ...}

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.lab._common import esc, run, short
+from tulip_nb.lab._window import Window, over_window, window_for
 from tulip_nb.lab.controllers._html import message_cell, note, png_tag, table
 from tulip_nb.lab.diff import ThreadDiff, diff_threads
 from tulip_nb.lab.export import REPORT_COLUMNS, aexport_threads, open_checkpointer
@@ -43,12 +44,12 @@ __all__ = ["BrowserController", "BudgetController", "DiffController", "ExportCon
 
 # -- thread browser -----------------------------------------------------------------------------
 class BrowserController:
-    """The threads of a checkpointer as a table, with a filter (a glob, or a substring)."""
+    """The threads of a checkpointer (or its URL) as a table, with a filter (a glob, or a substring)."""
 
-    def __init__(self, checkpointer: BaseCheckpointer) -> None:
-        self.checkpointer = checkpointer
+    def __init__(self, checkpointer: BaseCheckpointer | str) -> None:
+        self.checkpointer, _ = open_checkpointer(checkpointer)  # a URL: one store for the list and opens
         self.filter = ""
-        self.frame: pd.DataFrame = threads(checkpointer)
+        self.frame: pd.DataFrame = threads(self.checkpointer)
 
     def refresh(self) -> None:
         """Read the thread list again."""
@@ -85,7 +86,7 @@ class BrowserController:
                 str(r.messages),
                 f"{int(r.tokens):,}",
                 esc(str(r.last_update)[:19]),
-                esc(r.forked_from or ""),
+                esc(r.forked_from if isinstance(r.forked_from, str) and r.forked_from else "—"),  # NaN: not a fork
             )
             for r in rows.itertuples()
         ]
@@ -195,7 +196,7 @@ class PlayerController:
         )
 
     def _checkpoint_html(self) -> str:
-        history = self.thread.history()
+        history = self.thread.history
         if not history:
             return note("no checkpoints")
         ck = history[self.position]
@@ -212,41 +213,60 @@ class PlayerController:
 class BudgetController:
     """Token usage per model call against the trigger line and the window, for a thread or a
     stepper (then it follows every step). ``manager`` gives trigger and window (default: the
-    stepper's agent's manager when it is an :class:`LLMCompactor`)."""
+    stepper's agent's manager); ``context_window`` is the model's window when the manager does not
+    know it (tokens, or a registered model name; a stepper's agent's model is looked up too).
+    Calls that sent more than the window are marked red and counted (``over``)."""
 
-    def __init__(self, source: Thread | StepperController, *, manager: ConversationManager | None = None) -> None:
+    def __init__(
+        self,
+        source: Thread | StepperController,
+        *,
+        manager: ConversationManager | None = None,
+        context_window: Window = None,
+    ) -> None:
         from tulip_nb.lab.controllers.stepper import StepperController
 
         self.source = source
         self.stepper = source if isinstance(source, StepperController) else None
         if manager is None and self.stepper is not None:
             manager = self.stepper.agent.conversation_manager
+        model = self.stepper.agent.model if self.stepper is not None else None
         self.trigger = manager.trigger_tokens if isinstance(manager, LLMCompactor) else None
-        self.window = manager.context_length if isinstance(manager, LLMCompactor) else None
+        self.window = window_for(manager, context_window, model)
         self.png: bytes | None = None
+        self.over = 0
+        self.max_tokens = 0
         self.refresh()
 
     def frame(self) -> pd.DataFrame:
+        """``call``, ``full_tokens``, ``context_tokens``, ``compacted``, ``over_window`` (None:
+        the window is not known)."""
         import pandas as pd
 
         cols = ["call", "full_tokens", "context_tokens", "compacted"]
         if self.stepper is None:
             assert isinstance(self.source, Thread)
-            return self.source.usage()[cols]
-        rows = [
-            {
-                "call": r.index,
-                "full_tokens": r.full_tokens,
-                "context_tokens": r.context_tokens,
-                "compacted": r.compacted,
-            }
-            for r in self.stepper.records
-        ]
-        return pd.DataFrame(rows, columns=cols)
+            frame = self.source.usage[cols].copy()
+        else:
+            rows = [
+                {
+                    "call": r.index,
+                    "full_tokens": r.full_tokens,
+                    "context_tokens": r.context_tokens,
+                    "compacted": r.compacted,
+                }
+                for r in self.stepper.records
+            ]
+            frame = pd.DataFrame(rows, columns=cols)
+        frame["over_window"] = pd.Series(
+            [over_window(v, self.window) for v in frame["context_tokens"]], index=frame.index, dtype=object
+        )
+        return frame
 
     def refresh(self, *_: Any) -> None:
         frame = self.frame()
         self.rows = len(frame)
+        self.over = sum(v is True for v in frame["over_window"])
         if not len(frame):
             self.png = None
             return
@@ -255,18 +275,27 @@ class BudgetController:
         self.png = to_png(fig)
         last = frame.iloc[-1]
         self.last_tokens = int(last["context_tokens"])
+        self.max_tokens = int(frame["context_tokens"].max())
 
     def label(self) -> str:
         if not self.rows:
             return "no model calls yet"
+        if self.over and self.window:
+            # never "x% of the trigger" then: the model was sent more than it can take
+            return (
+                f"{self.rows} calls, {self.over} over the window ({self.window:,} tokens): "
+                f"up to {self.max_tokens:,} tokens sent, last {self.last_tokens:,}"
+            )
         parts = [f"{self.rows} calls", f"last sent {self.last_tokens:,} tokens"]
         if self.trigger:
             parts.append(f"{self.last_tokens / self.trigger:.0%} of the trigger ({self.trigger:,})")
+        if self.window:
+            parts.append(f"window {self.window:,}")
         return ", ".join(parts)
 
     def html(self) -> str:
         img = png_tag(self.png, "token budget") if self.png else ""
-        return f"<div class='tulip-nb-budget'>{note(self.label())}{img}</div>"
+        return f"<div class='tulip-nb-budget'>{note(self.label(), 'error' if self.over else 'info')}{img}</div>"
 
 
 # -- diff ---------------------------------------------------------------------------------------
@@ -286,7 +315,7 @@ class DiffController:
     def _relative(self) -> str:
         """A thread to compare ``a`` with: its first fork, else its parent, else another thread."""
         try:
-            lineage = self.a.lineage()
+            lineage = self.a.lineage
         except Exception:  # lineage needs list_threads; fall back to the choices
             lineage = None
         if lineage is not None:

@@ -23,6 +23,7 @@ Use ``Agent(checkpoint_every_n_iterations=1)`` to get a checkpoint after every s
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,13 @@ class StepperController:
             raise UserError(f"StepperController needs an Agent, got {type(agent).__name__}")
         if not isinstance(prompt, str) or not prompt:
             raise UserError("StepperController needs a non-empty prompt (the user message of the first turn)")
+        if inspect.isawaitable(thread_id):  # e.g. an un-awaited agent.fork(...): never a new, empty thread
+            if inspect.iscoroutine(thread_id):
+                thread_id.close()
+            raise UserError(
+                "thread_id: you passed a coroutine: use agent.fork_sync(...) or await it "
+                "(agent.fork and the other thread operations are async)"
+            )
         self.agent = agent
         self.prompt = prompt
         self.thread_id = thread_id

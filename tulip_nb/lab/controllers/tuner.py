@@ -3,9 +3,11 @@
 :class:`TunerController` holds one set of settings (``kind`` ``"compactor"`` with
 ``context_length``, ``trigger_fraction``, ``head_turns``, ``tail_token_fraction``, or ``"window"``
 with ``window_size``), runs :func:`tulip_nb.lab.simulate_compaction` for it, and renders the
-token plot (:func:`tulip_nb.lab.plot_token_usage`), the kept/dropped table and the fact-survival
-probes. Results are cached per settings (a slider moved back is instant) and the figure is drawn
-once and then only updated, so a change costs one simulation plus one PNG encode::
+token plot (:func:`tulip_nb.lab.plot_token_usage`, calls over the model's window in red), the
+kept/dropped table and the fact-survival probes; the summary is red, not green, when any call was
+sent more than the window and says how many. Results are cached per settings (a slider moved
+back is instant) and the figure is drawn once and then only updated, so a change costs one
+simulation plus one PNG encode::
 
     from tulip_nb.lab.controllers import TunerController
 
@@ -29,9 +31,19 @@ from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import esc
+from tulip_nb.lab._window import Window
 from tulip_nb.lab.controllers._html import note, png_tag, table
-from tulip_nb.lab.plots import TRIGGER_GID, WINDOW_GID, plot_token_usage, to_png
-from tulip_nb.lab.simulate import Probe, simulate_compaction, summarize_simulation
+from tulip_nb.lab.plots import (
+    COMPACTION_GID,
+    OVER_GID,
+    TRIGGER_GID,
+    WINDOW_GID,
+    over_window_marks,
+    over_window_mask,
+    plot_token_usage,
+    to_png,
+)
+from tulip_nb.lab.simulate import Probes, normalize_probes, simulate_compaction, summarize_simulation
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.memory.managers import ConversationManager, SlidingWindowManager
 
@@ -61,7 +73,10 @@ class TunerController:
     """Settings -> simulation -> plot and tables for one thread (see the module docstring).
 
     ``thread``: a :class:`~tulip_nb.lab.Thread`, an :class:`AgentState` or a list of messages;
-    ``probes``: ``[(label, text), ...]`` facts to follow; ``tools``: the tool schemas the agent sent.
+    ``probes``: ``[(label, text), ...]`` facts to follow; ``tools``: the tool schemas the agent sent;
+    ``context_window``: the model's window (tokens or a registered model name), what
+    ``over_window`` is measured against (default: the compactor's ``context_length``; for the
+    sliding window, the window registered for the model, if any).
     ``timings`` keeps the milliseconds of each :meth:`update` (simulate, draw, total).
     """
 
@@ -69,13 +84,15 @@ class TunerController:
         self,
         thread: Thread | AgentState | Sequence[Message],
         *,
-        probes: Sequence[Probe] = (),
+        probes: Probes = (),
         tools: Sequence[Any] | None = None,
+        context_window: Window = None,
         **settings: Any,
     ) -> None:
         self.thread = thread
-        self.probes = list(probes)
+        self.probes = normalize_probes(probes)
         self.tools = tools
+        self.context_window = context_window
         self.settings: dict[str, Any] = dict(DEFAULTS)
         self._check(settings)
         self.settings.update(settings)
@@ -138,7 +155,13 @@ class TunerController:
         sim = self._cache.get(key)
         cached = sim is not None
         if sim is None:
-            sim = simulate_compaction(self.thread, {"tuned": self.manager()}, probes=self.probes, tools=self.tools)
+            sim = simulate_compaction(
+                self.thread,
+                {"tuned": self.manager()},
+                probes=self.probes,
+                tools=self.tools,
+                context_window=self.context_window,
+            )
             self._cache[key] = sim
             if len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
@@ -158,21 +181,30 @@ class TunerController:
         lines of the same figure (much cheaper than building a new one)."""
         x = sim["call"].to_numpy()
         trig = _first(sim, "trigger_tokens")
-        window = _first(sim, "context_length")
+        window = _first(sim, "context_window")
         fig = self._fig
         if fig is None:
             fig = self._fig = plot_token_usage(sim, "tuned", trigger_tokens=trig or 0, context_length=window or 0)
             fig.set_size_inches(7.5, 3.4)
             fig.set_dpi(90)
-            ax = fig.axes[0]
-            if not ax.collections:
-                ax.scatter([], [], marker="v", color="C3", zorder=3, label="compaction")
         ax = fig.axes[0]
+        marks = {c.get_gid(): c for c in ax.collections}
+        if COMPACTION_GID not in marks:
+            marks[COMPACTION_GID] = ax.scatter(
+                [], [], marker="v", color="C3", zorder=3, label="compaction", gid=COMPACTION_GID
+            )
+        if OVER_GID not in marks:
+            marks[OVER_GID] = over_window_marks(ax, [], [])
         ax.lines[0].set_data(x, sim["full_tokens"].to_numpy())
         ax.lines[1].set_data(x, sim["context_tokens"].to_numpy())
         fired = sim[sim["compacted"].astype(bool)]
         points = np.column_stack([fired["call"].to_numpy(), fired["context_tokens"].to_numpy()])
-        ax.collections[0].set_offsets(points.reshape(-1, 2))
+        marks[COMPACTION_GID].set_offsets(points.reshape(-1, 2))
+        over = over_window_mask(sim, window)
+        n_over = int(over.sum())
+        points = np.column_stack([x[over], sim["context_tokens"].to_numpy()[over]])
+        marks[OVER_GID].set_offsets(points.reshape(-1, 2))
+        marks[OVER_GID].set_label(f"over the window ({n_over} call{'s' if n_over != 1 else ''})" if n_over else "_over")
         for line in ax.lines[2:]:
             gid = line.get_gid()
             if gid not in (TRIGGER_GID, WINDOW_GID):
@@ -242,14 +274,27 @@ class TunerController:
             )
         return pd.DataFrame(rows, columns=["probe", "text", "checks", "seen", "seen_at_end"])
 
+    @property
+    def window(self) -> int | None:
+        """The window the calls are measured against (None: not known)."""
+        assert self.sim is not None
+        return _first(self.sim, "context_window")
+
     def summary_html(self) -> str:
         s = self.summary
         facts = "n/a" if s["facts_kept"] != s["facts_kept"] else f"{s['facts_kept']:.0%}"
-        return note(
+        text = (
             f"{s['calls']} model calls, {s['compactions']} compactions, max {s['max_context_tokens']:,} tokens sent, "
-            f"{s['saved_fraction']:.0%} tokens saved, facts kept {facts}",
-            "ok",
+            f"{s['saved_fraction']:.0%} tokens saved, facts kept {facts}"
         )
+        over = int(s.get("over_window_calls") or 0)
+        if over:
+            window = self.window
+            where = f"the {window:,}-token window" if window else "the window"
+            return note(f"{over} of {s['calls']} calls over {where} (a model rejects those) — {text}", "error")
+        if self.window is None:
+            return note(text + " (model window unknown: pass context_window= to check calls against it)", "info")
+        return note(text, "ok")
 
     def table_html(self) -> str:
         """The kept/dropped table (compaction calls and the final call)."""

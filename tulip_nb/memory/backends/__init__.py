@@ -3,6 +3,7 @@
 Native checkpointers (pass straight to ``Agent(checkpointer=...)``): :class:`MemoryCheckpointer`,
 :class:`FileCheckpointer`. Backends with optional dependencies (S3, Redis, PostgreSQL, MySQL,
 OpenSearch, HTTP) are imported lazily, so ``import tulip_nb.memory.backends`` pulls in none of them.
+:func:`checkpointer_from_url` builds any of them from a URL (``file:./threads``, ``s3://...``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from typing import Any
 
 from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
-
-__all__ = ["FileCheckpointer", "MemoryCheckpointer"]
 
 # name -> module, for backends whose dependencies are optional (added as they land)
 _LAZY: dict[str, str] = {
@@ -30,7 +29,12 @@ _LAZY: dict[str, str] = {
     "MySQLBackend": "tulip_nb.memory.backends.mysql",
     "OpenSearchBackend": "tulip_nb.memory.backends.opensearch",
     "TulipPgCheckpointer": "tulip_nb.memory.backends.tulip_pg",
+    "checkpointer_from_url": "tulip_nb.memory.urls",
 }
+
+# ``import *`` must work without any extra installed, so the backends whose module needs one stay
+# out of ``__all__`` (``dir()`` and attribute access still list and load them).
+__all__ = ["FileCheckpointer", "MemoryCheckpointer", "checkpointer_from_url"]
 
 
 def __getattr__(name: str) -> Any:
@@ -38,3 +42,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -72,7 +72,6 @@ __all__ = [
 ]
 
 
-
 def _dumps(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
 
