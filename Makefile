@@ -28,11 +28,14 @@ demo: $(VENV)/.demo-installed
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check tulip_nb tests bench scripts
 
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/mypy
 
-test: $(VENV)/.dev-installed lint
+# The gates: ruff check, ruff format --check, mypy strict on the package, then pytest (the tests
+# and every module's >>> examples).
+test: $(VENV)/.dev-installed lint typecheck
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here"; exit 1; fi; \
 	exit $$rc

@@ -5,8 +5,10 @@ Each subcommand lives in its own module under :mod:`tulip_nb._cli` with a
 parsed arguments returning an exit code). Handlers import what they need when they run, so
 ``tulip-nb --help`` stays fast and never imports an optional stack.
 
-Errors a user can fix (a bad URL, an unknown thread) print one line to stderr and exit 2; a
-storage outage exits 3.
+Every ``TulipNBError`` prints one line to stderr, never a traceback: errors a user can fix (a bad
+URL, an unknown thread, a missing extra such as ``pip install 'tulip_nb[notebook]'``) exit 2; a
+storage outage exits 3. Exit 1 is a command's own "not clean" answer (``diff``: the threads differ;
+``export``: a thread failed).
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -45,10 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args) or 0)
     except BackendUnavailable as e:
-        print(f"tulip-nb {args.command}: storage unavailable: {e}", file=sys.stderr)
+        print(f"tulip-nb {args.command}: storage unavailable: {_one_line(e)}", file=sys.stderr)
         return 3
     except (TulipNBError, ValueError, OSError) as e:
-        print(f"tulip-nb {args.command}: {e}", file=sys.stderr)
+        print(f"tulip-nb {args.command}: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except ImportError as e:  # an optional module outside tulip_nb's own guards
+        print(f"tulip-nb {args.command}: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

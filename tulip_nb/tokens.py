@@ -303,6 +303,33 @@ class TokenCounter:
         self._tools: dict[str, int] = {}
         self._lock = threading.Lock()
 
+    @classmethod
+    def for_model(cls, model: str, *, max_cached: int = 200_000) -> TokenCounter:
+        """A counter in ``model``'s encoding (``TokenCounter.for_model("gpt-4o").encoding ==
+        "o200k_base"``; ``"openai:gpt-4o"`` and dated snapshots work too).
+
+        A known OpenAI model maps through :func:`encoding_for_model`; a model registered in
+        :mod:`tulip_nb.models.metadata` (``register_metadata``) that tiktoken has no mapping for
+        counts with ``o200k_base`` (as :func:`get_counter` does). Anything else — an empty name, an
+        unknown model, an encoding name (use ``TokenCounter(name)``) — raises
+        :class:`~tulip_nb.core.errors.UserError` rather than counting in a guessed encoding.
+        """
+        if not isinstance(model, str) or not model.strip():
+            raise UserError(f"TokenCounter.for_model({model!r}): give a model name such as 'gpt-4o'")
+        if model in ENCODINGS:
+            raise UserError(f"TokenCounter.for_model({model!r}): that is an encoding; use TokenCounter({model!r})")
+        if _known_model(model):
+            return cls(encoding_for_model(model), max_cached=max_cached)
+        from tulip_nb.models.metadata import metadata_for  # no I/O; a lazy import keeps tokens light
+
+        if metadata_for(model) is not None:
+            return cls(encoding_for_model(model), max_cached=max_cached)
+        raise UserError(
+            f"TokenCounter.for_model({model!r}): unknown model (known: gpt-4o, gpt-4.1, gpt-5, o3, gpt-4, "
+            "gpt-3.5-turbo, 'openai:<model>', ...; register yours with "
+            "tulip_nb.models.metadata.register_metadata, or pass an encoding to TokenCounter)"
+        )
+
     def __repr__(self) -> str:
         return f"TokenCounter(encoding={self.encoding!r}, source={self.source!r}, exact={self.exact})"
 

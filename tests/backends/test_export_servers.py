@@ -32,7 +32,7 @@ async def test_export_from_file_to_each_backend_and_back(kind: str, tmp_path: Pa
     src = FileCheckpointer(tmp_path / "src", fsync=False)
     threads = ["plain", "user/42:chat #1"]
     await fill(src, threads, 3)
-    async with BACKENDS[kind](tmp_path) as dst:
+    async with BACKENDS[kind](tmp_path) as open_store, open_store() as dst:
         out = await aexport_threads(src, dst, progress=False)
         assert out["verified"].all() and list(out["copied"]) == [3, 3], out.to_dict("records")
         back = FileCheckpointer(tmp_path / "back", fsync=False)
@@ -44,7 +44,7 @@ async def test_100_threads_x_20_checkpoints_file_to_postgresql_verifies_clean(tm
     src = FileCheckpointer(tmp_path / "src", fsync=False)
     threads = [f"thread-{i:03d}" for i in range(100)]
     await fill(src, threads, 20)
-    async with postgresql_backend(tmp_path) as dst:
+    async with postgresql_backend(tmp_path) as open_store, open_store() as dst:
         report = await aexport_threads(src, dst, progress=False, concurrency=8)
         assert len(report) == 100 and int(report["copied"].sum()) == 2000
         assert report["verified"].all() and report["error"].isna().all()

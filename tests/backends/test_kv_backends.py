@@ -175,3 +175,154 @@ async def test_unreachable_server_raises_backend_unavailable(kind: str) -> None:
     finally:
         with contextlib.suppress(BackendUnavailable):
             await cp.close()
+
+
+# -- the storage-backend surface (seed 001): list_threads, vacuum and search_data over the rows -----
+SURFACE_KINDS = [*sorted(SERVICES), "opensearch"]
+
+
+@pytest.fixture(params=SURFACE_KINDS)
+async def surface(request: Any) -> AsyncIterator[tuple[str, StorageBackendAdapter]]:
+    """(kind, an adapter on a fresh store) for every server backend, OpenSearch on its emulator."""
+    kind = request.param
+    if kind == "opensearch":
+        from tulip_nb.memory.backends import opensearch_checkpointer
+
+        from .factories.opensearch import drop_index, new_index, opensearch_url
+
+        url, index = opensearch_url(), new_index()
+        cp = opensearch_checkpointer(hosts=[url], index_name=index)
+        try:
+            yield kind, cp
+        finally:
+            await cp.close()
+            await drop_index(url, index)
+        return
+    require_service(kind, "127.0.0.1", SERVICES[kind])
+    name = f"tnbkv_{uuid.uuid4().hex[:12]}" + (":" if kind == "redis" else "")
+    cp = make(kind, name)
+    try:
+        yield kind, cp
+    finally:
+        await cp.close()
+        await drop(kind, name)
+
+
+async def test_backend_list_threads_vacuum_and_search_data_work_over_the_rows(surface: Any) -> None:
+    kind, cp = surface
+    backend = cp.backend
+    a1 = await cp.save(full_state(marker="a1"), "case-1")
+    a2 = await cp.save(full_state(marker="a2"), "case-1")
+    b1 = await cp.save(full_state(marker="b1"), "case-2")
+    await backend.save("plain:row", {"agent_id": "x", "n": [1, 2], "nested": {"k": "v"}})
+    case1 = sorted([f"case-1:{a1}", f"case-1:{a2}", "case-1:latest", "case-1:_checkpoints"])
+    case2 = sorted([f"case-2:{b1}", "case-2:latest", "case-2:_checkpoints"])
+    every = sorted([*case1, *case2, "plain:row"])
+    # list_threads: the raw keys (rows), sorted, glob-filtered, paged
+    assert await backend.list_threads() == every
+    assert await backend.list_threads("%") == every  # tulip's SQL default pattern
+    assert await backend.list_threads(pattern="case-1:*") == case1
+    assert await backend.list_threads(pattern="case-?:latest") == ["case-1:latest", "case-2:latest"]
+    assert await backend.list_threads(limit=2, offset=1) == every[1:3]
+    # search_data: containment on the JSON data (top-level key), full rows back
+    hits = await backend.search_data("agent_id", "agent-7")
+    assert {h["thread_id"] for h in hits} == {
+        f"case-1:{a1}",
+        f"case-1:{a2}",
+        "case-1:latest",
+        f"case-2:{b1}",
+        "case-2:latest",
+    }
+    assert all(h["data"]["agent_id"] == "agent-7" for h in hits)
+    assert [h["thread_id"] for h in await backend.search_data("agent_id", "x")] == ["plain:row"]
+    assert [h["thread_id"] for h in await backend.search_data("nested", {"k": "v"})] == ["plain:row"]
+    assert [h["thread_id"] for h in await backend.search_data("n", [2])] == ["plain:row"]
+    assert len(await backend.search_data("metadata", {"user": "u42"})) == 5
+    assert len(await backend.search_data("agent_id", "agent-7", limit=2)) == 2
+    assert await backend.search_data("agent_id", "nobody") == []
+    row = (await backend.search_data("agent_id", "x"))[0]
+    assert row["data"] == {"agent_id": "x", "n": [1, 2], "nested": {"k": "v"}}
+    # vacuum: nothing is old yet; then everything is (Redis keeps no write time for plain rows)
+    assert await backend.vacuum(older_than_days=30) == 0
+    assert await backend.list_threads() == every
+    removed = await backend.vacuum(older_than_days=-1)
+    assert await cp.list_threads() == []
+    if kind == "redis":
+        assert removed == 3 and await backend.list_threads() == ["plain:row"]
+    else:
+        assert removed == 4 and await backend.list_threads() == []
+
+
+async def test_backend_vacuum_keeps_a_live_threads_layout_consistent(surface: Any) -> None:
+    _, cp = surface
+    backend = cp.backend
+    from datetime import UTC, datetime, timedelta
+
+    from tulip_nb.memory.checkpointer import Checkpoint
+
+    old = datetime.now(UTC) - timedelta(days=90)
+    await cp.put_checkpoint(Checkpoint("c-old", "live", old, full_state(marker="old"), {}))
+    new = await cp.save(full_state(marker="new"), "live")
+    assert await backend.vacuum(older_than_days=30) == 1
+    assert await cp.list_checkpoints("live") == [new]
+    assert await backend.get("live:c-old") is None
+    loaded = await cp.load("live")
+    assert loaded is not None and loaded.messages[1].content == "question 0 new"
+
+
+# -- one object, two event loops: run_sync (tulip_nb's background loop) and asyncio.run ----------
+TWO_LOOP_KINDS = [*SURFACE_KINDS, "tulip_pg"]
+
+
+def _two_loop_checkpointer(kind: str) -> tuple[BaseCheckpointer, Callable[[], Any]]:
+    """A fresh checkpointer of ``kind`` and a coroutine function that drops its storage."""
+    if kind == "opensearch":
+        from tulip_nb.memory.backends import opensearch_checkpointer
+
+        from .factories.opensearch import drop_index, new_index, opensearch_url
+
+        url, index = opensearch_url(), new_index()
+        return opensearch_checkpointer(hosts=[url], index_name=index), lambda: drop_index(url, index)
+    require_service(kind, "127.0.0.1", 5432 if kind == "tulip_pg" else SERVICES[kind])
+    if kind == "tulip_pg":
+        from tulip_nb.memory.backends.tulip_pg import TulipPgCheckpointer
+
+        table = f"tnb_tpg_{uuid.uuid4().hex[:12]}"
+        return TulipPgCheckpointer(PG_DSN, table=table, tenant="acme"), lambda: drop_pg_table(table)
+    name = f"tnbkv_{uuid.uuid4().hex[:12]}" + (":" if kind == "redis" else "")
+    return make(kind, name), lambda: drop(kind, name)
+
+
+@pytest.mark.parametrize("order", ["run_sync-then-asyncio.run", "asyncio.run-then-run_sync"])
+@pytest.mark.parametrize("kind", TWO_LOOP_KINDS)
+def test_one_checkpointer_works_from_two_event_loops(kind: str, order: str) -> None:
+    from tulip_nb._sync import run_sync
+
+    cp, dropper = _two_loop_checkpointer(kind)
+
+    async def save(marker: str) -> str:
+        return await cp.save(full_state(marker=marker), "two-loops")
+
+    async def load_and_save(marker: str) -> tuple[str | None, str]:
+        state = await cp.load("two-loops")
+        return (state.messages[1].content if state else None), await save(marker)
+
+    async def finish_here(marker: str) -> tuple[str | None, str]:
+        try:
+            return await load_and_save(marker)
+        finally:
+            await cp.close()  # this loop's pool here, the background loop's on that loop
+
+    try:
+        if order.startswith("run_sync"):
+            first = run_sync(save("one"))
+            content, second = asyncio.run(finish_here("two"))
+        else:
+            first = asyncio.run(load_and_save("one"))[1]  # its pool dies with its loop
+            content, second = run_sync(load_and_save("two"))
+            assert run_sync(cp.latest_checkpoint_id("two-loops")) == second
+        assert content == "question 0 one"
+        assert run_sync(cp.list_checkpoints("two-loops")) == [second, first]
+    finally:
+        run_sync(cp.close())
+        run_sync(dropper())

@@ -54,6 +54,7 @@ def test_every_notebook_is_tested() -> None:
         "03_what_if_branching",
         "04_tuning_compaction",
         "05_export_to_backends",
+        "06_long_threads",
     ]
     assert (ROOT / "tests" / "nbval_sanitize.cfg").is_file()
 

@@ -62,6 +62,14 @@ def test_threads_ls_show_rm(store: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "thread case-1: 4 messages" in r.stdout
     assert "lookup(" in r.stdout and "Delivered." in r.stdout and "checkpoints (newest first, 1 shown)" in r.stdout
+    r = cli("threads", "show", str(store), "case-1", "--tail", "2")
+    assert r.returncode == 0, r.stderr
+    conversation = r.stdout.split("\n\n")[1]  # header, conversation, checkpoints
+    shown = [ln for ln in conversation.splitlines() if ln[:4].strip().isdigit()]
+    assert [ln.split()[0] for ln in shown] == ["2", "3"] and "Delivered." in shown[-1]
+    assert "2 earlier message(s) not shown" in r.stdout and "lookup(" not in r.stdout
+    r = cli("threads", "show", str(store), "case-1", "--tail", "-1")
+    assert r.returncode == 2 and "--tail" in r.stderr
     r = cli("threads", "show", str(store), "nope")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such thread" in r.stderr
     r = cli("threads", "rm", str(store), "case-1")
@@ -78,16 +86,20 @@ def test_threads_bad_url() -> None:
 
 def test_diff(store: Path) -> None:
     r = cli("diff", str(store), "case-1", "case-1-what-if", "--simple")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # like diff(1): 1 when the threads differ
     lines = r.stdout.splitlines()
     assert "4 messages in common" in lines[2]
     assert [ln[:1] for ln in lines[3:]] == ["+", "+"]
     assert "Refund it?" in lines[3] and "Yes, refund it." in lines[4]
     r = cli("diff", str(store), "case-1", "case-1-what-if")  # with tulip_nb.lab's summary when available
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     assert "4 messages in common" in r.stdout and "Yes, refund it." in r.stdout
+    for extra in ((), ("--simple",)):
+        r = cli("diff", str(store), "case-1", "case-1", *extra)
+        assert r.returncode == 0, r.stderr  # identical: 0
+        assert "the conversations are identical" in r.stdout
     r = cli("diff", str(store), "case-1", "missing")
-    assert r.returncode == 2 and "no such thread" in r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such thread" in r.stderr
 
 
 def test_verify(store: Path) -> None:

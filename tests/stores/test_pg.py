@@ -104,3 +104,30 @@ def test_missing_asyncpg_names_the_extra() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert "pip install 'tulip_nb[postgres]'" in out.stdout
+
+
+@pytest.mark.parametrize("order", ["run_sync-then-asyncio.run", "asyncio.run-then-run_sync"])
+def test_one_store_works_from_two_event_loops(pg_dsn: str, order: str) -> None:
+    """A notebook awaits on its loop, ``run_sync`` runs on tulip_nb's: one PgMemory serves both."""
+    import asyncio
+
+    from tulip_nb._sync import run_sync
+    from tulip_nb.memory.store_backends import PgMemory
+
+    store = PgMemory(pg_dsn, table=unique_table(), dim=8)
+
+    async def put(key: str) -> list[str]:
+        await store.put(ACME, key, {"content": key})
+        return await store.list_keys(ACME)
+
+    try:
+        if order.startswith("run_sync"):
+            assert run_sync(put("one")) == ["one"]
+            assert asyncio.run(put("two")) == ["two", "one"]
+        else:
+            assert asyncio.run(put("one")) == ["one"]
+            assert run_sync(put("two")) == ["two", "one"]
+        assert run_sync(store.get(ACME, "one")) == {"content": "one"}
+        assert asyncio.run(store.get(ACME, "two")) == {"content": "two"}
+    finally:
+        run_sync(store.close())

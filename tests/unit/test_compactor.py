@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tulip_nb.core import AgentState, ContextWindowExceeded, Message, ToolCall
-from tulip_nb.memory._history import stub, units
 from tulip_nb.memory.compactor import EVENTS_KEY, STATE_KEY, LLMCompactor, model_view, model_views
+from tulip_nb.memory.conversation.plan import stub, units
 from tulip_nb.tokens import REPLY_PRIMING
 
 

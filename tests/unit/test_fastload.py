@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tulip_nb.core import Message
-from tulip_nb.core._fastload import messages_from_json
+from tulip_nb.core.fastload import messages_from_json
 
 json_scalar = st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.text(max_size=8))
 json_value = st.recursive(

@@ -9,9 +9,9 @@ import pytest
 
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState
-from tulip_nb.memory._events import EVENTS_KEY, model_view
-from tulip_nb.memory._history import HistoryIndex, stub, turn_starts, units
 from tulip_nb.memory.compactor import LLMCompactor
+from tulip_nb.memory.conversation.events import EVENTS_KEY, model_view
+from tulip_nb.memory.conversation.plan import HistoryIndex, stub, turn_starts, units
 from tulip_nb.memory.managers import SlidingWindowManager
 from tulip_nb.tokens import FunctionCounter
 

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from tulip_nb.core import AgentState, ContextWindowExceeded, Message, ToolCall
 from tulip_nb.core.calls import answered_by, block_end
-from tulip_nb.memory._history import stub, summary_message
 from tulip_nb.memory.compactor import (
     EVENTS_KEY,
     LLMCompactor,
@@ -28,6 +27,7 @@ from tulip_nb.memory.compactor import (
     SlidingWindowManager,
     SummarizingConversationManager,
 )
+from tulip_nb.memory.conversation.plan import stub, summary_message
 from tulip_nb.memory.managers import ConversationManager, PlanningManager
 from tulip_nb.tokens import REPLY_PRIMING, FunctionCounter, TokenCounter
 

@@ -292,8 +292,8 @@ def test_state_round_trip_keeps_the_plan() -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_inlined_tail_choice_equals_the_plain_rule(seed: int) -> None:
     """_Cut.choose_tail inlines cost() and pin_for() for speed: it picks what the plain loop picks."""
-    from tulip_nb.memory._history import HistoryIndex
-    from tulip_nb.memory.compactor import _Cut
+    from tulip_nb.memory.conversation.compactor import _Cut
+    from tulip_nb.memory.conversation.plan import HistoryIndex
     from tulip_nb.tokens import FunctionCounter
 
     rnd = random.Random(seed)

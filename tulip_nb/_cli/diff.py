@@ -5,6 +5,9 @@ layer is installed (skip it with ``--simple``), then a plain diff of the latest 
 prefix, then what only ``A`` has (``-``) and what only ``B`` has (``+``)::
 
     tulip-nb diff ./threads ticket-8912 ticket-8912-what-if
+
+Exit status, as ``diff``'s: 0 when the conversations are identical, 1 when they differ, 2 on an
+error (an unknown thread, a bad URL).
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ from tulip_nb._cli._common import one_line, with_checkpointer
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("diff", help="compare two threads of one checkpointer, message by message")
+    parser = subparsers.add_parser(
+        "diff",
+        help="compare two threads of one checkpointer, message by message (exit 0 same, 1 differ, 2 error)",
+        epilog="Exit status: 0 when the conversations are identical, 1 when they differ, 2 on an error.",
+    )
     parser.add_argument("url", help="checkpointer URL")
     parser.add_argument("thread_a")
     parser.add_argument("thread_b")
@@ -39,13 +46,23 @@ def _describe(m: Any) -> str:
     return f"{m.role:<9} {one_line(m.content, 90)}" + (f"  -> {calls}" if calls else "")
 
 
-def simple_diff(a_id: str, a: Any, b_id: str, b: Any) -> list[str]:
-    """Lines describing how state ``b`` differs from state ``a`` (message-level)."""
+def _common_prefix(a: Any, b: Any) -> int:
     common = 0
     for ma, mb in zip(a.messages, b.messages, strict=False):
         if ma.json_bytes() != mb.json_bytes():
             break
         common += 1
+    return common
+
+
+def identical(a: Any, b: Any) -> bool:
+    """Whether states ``a`` and ``b`` hold the same conversation (message by message)."""
+    return len(a.messages) == len(b.messages) == _common_prefix(a, b)
+
+
+def simple_diff(a_id: str, a: Any, b_id: str, b: Any) -> list[str]:
+    """Lines describing how state ``b`` differs from state ``a`` (message-level)."""
+    common = _common_prefix(a, b)
     lines = [
         f"--- {a_id}  ({len(a.messages)} messages)",
         f"+++ {b_id}  ({len(b.messages)} messages)",
@@ -63,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     lab_diff = None if args.simple else _lab_diff()
 
-    async def work(cp: Any) -> list[str]:
+    async def work(cp: Any) -> tuple[list[str], bool]:
         states = []
         for tid in (args.thread_a, args.thread_b):
             state = await cp.load(tid)
@@ -75,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
             aopen_thread, adiff_threads = lab_diff
             result = await adiff_threads(await aopen_thread(cp, args.thread_a), await aopen_thread(cp, args.thread_b))
             lines += [*result.summary().splitlines(), ""]
-        return lines + simple_diff(args.thread_a, states[0], args.thread_b, states[1])
+        same = identical(states[0], states[1])
+        return lines + simple_diff(args.thread_a, states[0], args.thread_b, states[1]), same
 
-    for line in with_checkpointer(args.url, work):
+    lines, same = with_checkpointer(args.url, work)
+    for line in lines:
         print(line)
-    return 0
+    return 0 if same else 1

@@ -45,6 +45,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tulip_nb._deps import require
+
+    require("pandas", feature="export")  # fail before any store is opened
     from tulip_nb.lab.export import export_threads
 
     report = export_threads(

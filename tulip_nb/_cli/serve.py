@@ -20,7 +20,7 @@ import inspect
 import ipaddress
 import os
 import sys
-from typing import Any
+from typing import Any, Literal
 
 from tulip_nb.core.errors import UserError
 
@@ -98,7 +98,11 @@ def build_app() -> Any:
 
         checkpointer = checkpointer_from_url(url)
         agent.checkpointer = checkpointer
-    layout = os.environ.get(_ENV_LAYOUT, "tulip")
+    raw = os.environ.get(_ENV_LAYOUT, "tulip")
+    layouts: dict[str, Literal["tulip", "plain"]] = {"tulip": "tulip", "plain": "plain"}
+    if raw not in layouts:
+        raise UserError(f"{_ENV_LAYOUT}={raw!r}: the thread layout is 'tulip' or 'plain'")
+    layout = layouts[raw]
     return AgentServer(
         agent, checkpointer=checkpointer, thread_layout=layout, close_checkpointer=checkpointer is not None
     )

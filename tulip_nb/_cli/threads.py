@@ -4,6 +4,7 @@
 
     tulip-nb threads ls ./demo_threads
     tulip-nb threads show postgresql://postgres@127.0.0.1/test ticket-8912 --checkpoints 5
+    tulip-nb threads show ./demo_threads ticket-8912 --tail 10
     tulip-nb threads rm ./demo_threads ticket-8912
 """
 
@@ -27,6 +28,9 @@ def register(subparsers: Any) -> None:
     show.add_argument("url", help="checkpointer URL")
     show.add_argument("thread_id")
     show.add_argument("--checkpoints", type=int, default=20, help="how many checkpoints to list (default: %(default)s)")
+    show.add_argument(
+        "--tail", type=int, default=None, metavar="N", help="show only the last N messages (default: all)"
+    )
     show.add_argument("--width", type=int, default=100, help="cut message text at this width (default: %(default)s)")
     show.set_defaults(handler=run_show)
     rm = sub.add_parser("rm", help="delete a thread (or one checkpoint of it)")
@@ -46,7 +50,10 @@ def run_ls(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from tulip_nb.core.errors import CheckpointNotFound
+    from tulip_nb.core.errors import CheckpointNotFound, UserError
+
+    if args.tail is not None and args.tail < 0:
+        raise UserError(f"--tail must be 0 or more, got {args.tail}")
 
     async def work(cp: Any) -> tuple[Any, list[Any]]:
         ckpt = await cp.load_checkpoint(args.thread_id)
@@ -58,7 +65,10 @@ def run_show(args: argparse.Namespace) -> int:
     state = ckpt.state
     print(f"thread {args.thread_id}: {len(state.messages)} messages, latest checkpoint {ckpt.checkpoint_id}")
     print()
-    for i, m in enumerate(state.messages):
+    start = 0 if args.tail is None else max(0, len(state.messages) - args.tail)
+    if start:
+        print(f"   … {start} earlier message(s) not shown (--tail {args.tail})")
+    for i, m in enumerate(state.messages[start:], start):
         line = f"{i:>4}  {m.role:<9} {one_line(m.content, args.width)}"
         calls = ", ".join(f"{c.name}({one_line(str(dict(c.arguments)), 60)})" for c in m.tool_calls)
         print(line + (f"  -> {calls}" if calls else ""))

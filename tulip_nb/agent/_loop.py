@@ -44,11 +44,11 @@ from tulip_nb.agent.events import (
     emit,
 )
 from tulip_nb.agent.result import PendingInterrupt, Step, StopReason
-from tulip_nb.core._time import utcnow
+from tulip_nb.core import utcnow
+from tulip_nb.core.keys import STATE_KEY
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState, ReasoningStep, ToolExecution
 from tulip_nb.memory.checkpointer import new_checkpoint_id
-from tulip_nb.memory.managers import STATE_KEY
 from tulip_nb.models.base import ContextWindowExceeded, ModelError, Usage
 from tulip_nb.tools import Interrupt, ToolArgumentsInvalid, ToolNotFound
 

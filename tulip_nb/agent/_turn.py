@@ -10,8 +10,9 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core._time import utcnow
+from tulip_nb.core import utcnow
 from tulip_nb.core.calls import POSITION_KEY, CallRef, block_end, execution_position, results_of, unanswered_calls
+from tulip_nb.core.keys import ITER_KEY, RUN_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
 
@@ -33,13 +34,6 @@ __all__ = [
     "run_info",
     "start_turn",
 ]
-
-RUN_KEY = "_tulip_nb_run"
-"""``state.metadata`` key: this turn's status (``running``/``interrupted``/``complete``/``error``/...)
-and, when interrupted, the pending question. What ``resume()`` reads."""
-
-ITER_KEY = "_tulip_iteration_checkpoints"
-"""``state.metadata`` key tulip reserves for the ids of this turn's mid-turn (iteration) saves."""
 
 PER_TURN_FIELDS: tuple[str, ...] = (
     "iteration",

@@ -38,19 +38,21 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Literal
 
+from tulip_nb._sync import run_sync
 from tulip_nb.agent._checks import check_checkpointer
 from tulip_nb.agent._loop import TurnRunner, snapshot
-from tulip_nb.agent._sync import run_sync
 from tulip_nb.agent._turn import coerce_messages, pending_calls, run_info, start_turn
 from tulip_nb.agent.errors import NothingToResume, ResumeNeedsResponse
 from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, emit
 from tulip_nb.agent.result import AgentResult, Step
-from tulip_nb.core._time import utcnow
+from tulip_nb.core import utcnow
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
+from tulip_nb.core.keys import STATE_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory.checkpointer import Checkpoint, validate_thread_id
-from tulip_nb.memory.managers import STATE_KEY, ConversationManager, default_manager
+from tulip_nb.memory.conversation.base import ConversationManager
+from tulip_nb.memory.conversation.compactor import default_conversation_manager
 from tulip_nb.models import Model, resolve_model
 from tulip_nb.models.metadata import metadata_for
 from tulip_nb.tools import Interrupt, Tool, as_tool
@@ -142,7 +144,7 @@ class Agent(AgentBase):
         """The manager in use (the seed-000 default is created on first use)."""
         if self._manager is None:
             meta = metadata_for(getattr(self.model, "name", None))
-            self._manager = default_manager(meta.context_window if meta else None, self.max_iterations)
+            self._manager = default_conversation_manager(meta.context_window if meta else None, self.max_iterations)
         return self._manager
 
     @property

@@ -4,23 +4,21 @@
 >>> SlidingWindowConversationManager(window_size=20).window_size
 20
 
-The implementations live in :mod:`tulip_nb.memory` (``managers``, ``compactor``); this module only
-re-exports them under the names the seed uses.
+The implementations live in :mod:`tulip_nb.memory.conversation`; this module only re-exports them
+under the names the seed uses.
 """
 
 from __future__ import annotations
 
-from tulip_nb.memory.compactor import (
-    LLMCompactor,
-    SummarizingConversationManager,
-    default_conversation_manager,
-)
-from tulip_nb.memory.managers import (
+from tulip_nb.memory.conversation import (
     ConversationManager,
+    LLMCompactor,
     NullConversationManager,
     NullManager,
     SlidingWindowConversationManager,
     SlidingWindowManager,
+    SummarizingConversationManager,
+    default_conversation_manager,
 )
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""tulip_nb.core: the data model (messages, AgentState) and the error tree. No I/O."""
+"""tulip_nb.core: the data model (messages, AgentState), the persisted metadata keys (:mod:`tulip_nb.core.keys`) and the
+error tree. No I/O."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tulip_nb.core.errors import (
     CheckpointNotFound,
     ContextWindowExceeded,
     InvalidThreadId,
+    MissingDependency,
     TulipNBError,
     UserError,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "InvalidThreadId",
     "Message",
     "MessageBlobCache",
+    "MissingDependency",
     "ReasoningStep",
     "Role",
     "ToolCall",

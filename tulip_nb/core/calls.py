@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tulip_nb.core.keys import POSITION_KEY
 from tulip_nb.core.messages import Message
 
 if TYPE_CHECKING:
@@ -127,11 +128,6 @@ def call_results(messages: Sequence[Message]) -> dict[CallRef, int]:
 def unanswered_calls(messages: Sequence[Message], i: int) -> list[int]:
     """Indices ``k`` of the calls of ``messages[i]`` that have no result in its block."""
     return [k for k, t in enumerate(results_of(messages, i)) if t is None]
-
-
-POSITION_KEY = "tulip_nb_call"
-"""Extra key of a :class:`~tulip_nb.core.state.ToolExecution` tulip_nb recorded: ``[i, k]``, the
-call's position (its identity); tulip ignores it and keeps it on round trip."""
 
 
 def execution_position(ex: ToolExecution) -> CallRef | None:

@@ -10,6 +10,9 @@
     │   ├── CheckpointCorrupt        stored bytes that do not decode to a checkpoint
     │   └── CheckpointConflict       compare-and-swap lost: the thread moved on
     ├── BackendUnavailable           the store could not be reached or refused the I/O
+    ├── MissingDependency            an optional package (pandas, matplotlib, ipywidgets, ...) is not
+    │                                installed; names the extra: ``pip install 'tulip_nb[notebook]'``
+    │                                (also an ``ImportError``)
     ├── ContextWindowExceeded        a request cannot fit the model's context window: what must be
     │                                kept does not fit (raised by a manager before the model is
     │                                called; the provider's report, models.base.ContextWindowExceeded,
@@ -34,6 +37,7 @@ __all__ = [
     "CheckpointNotFound",
     "ContextWindowExceeded",
     "InvalidThreadId",
+    "MissingDependency",
     "TulipNBError",
     "UserError",
 ]
@@ -116,6 +120,27 @@ class BackendUnavailable(TulipNBError, OSError):
 
     Never turned into "no thread": a storage outage is an error.
     """
+
+
+class MissingDependency(TulipNBError, ImportError):
+    """An optional package a call needs is not installed.
+
+    ``module`` is the missing top-level module, ``extra`` the ``tulip_nb[...]`` extra that
+    installs it and ``install`` the command (``pip install 'tulip_nb[notebook]'``); the message
+    names both. Also an ``ImportError``, so ``except ImportError`` still catches it.
+    """
+
+    def __init__(self, module: str, extra: str, *, feature: str | None = None) -> None:
+        self.module = module
+        self.extra = extra
+        self.feature = feature
+        self.install = f"pip install 'tulip_nb[{extra}]'"
+        what = feature or "this call"
+        super().__init__(f"{what} needs {module}, which is not installed: {self.install}")
+        self.name = module  # ImportError.name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (type(self), self.args, self.__dict__))
 
 
 class ContextWindowExceeded(TulipNBError):

@@ -2,7 +2,9 @@
 
 A :class:`Message` never changes once appended to a thread, so tulip_nb serialises each one once
 and reuses the bytes on every later save (see :meth:`Message.json_bytes`). Messages are frozen
-pydantic models; to change one, make a new one with ``msg.model_copy(update={...})``.
+pydantic models, immutable all the way down: ``metadata``, ``tool_calls`` and each call's
+``arguments`` are read-only containers (:mod:`tulip_nb.core.frozen`). To change one, make a new
+one with ``msg.model_copy(update={...})``.
 
 The JSON shape is tulip's (six keys: ``role``, ``content``, ``tool_calls``, ``tool_call_id``,
 ``name``, ``metadata``); unknown keys are kept and written back.
@@ -14,7 +16,9 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import orjson
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from tulip_nb.core.frozen import EMPTY, FrozenList, freeze
 
 __all__ = ["Message", "Role", "ToolCall"]
 
@@ -39,6 +43,17 @@ class ToolCall(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("arguments", "args"))
     malformed_arguments: str | None = None
 
+    @field_validator("arguments", mode="after")
+    @classmethod
+    def _freeze_arguments(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return freeze(value)  # type: ignore[no-any-return]
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ToolCall:
+        """A copy; updated ``arguments`` are made read-only like the original's."""
+        if update and "arguments" in update:
+            update = {**update, "arguments": freeze(update["arguments"])}
+        return super().model_copy(update=update, deep=deep)
+
 
 class Message(BaseModel):
     """One message of a conversation, in tulip's format.
@@ -57,7 +72,17 @@ class Message(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=lambda: EMPTY)
+
+    @field_validator("metadata", mode="after")
+    @classmethod
+    def _freeze_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return freeze(value)  # type: ignore[no-any-return]
+
+    @field_validator("tool_calls", mode="after")
+    @classmethod
+    def _freeze_calls(cls, value: list[ToolCall]) -> list[ToolCall]:
+        return value if type(value) is FrozenList else FrozenList(value)
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -94,6 +119,8 @@ class Message(BaseModel):
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
         """A copy; with ``update`` it is a different message, so its cached bytes are dropped."""
+        if update:
+            update = _frozen_update(update)
         copy = super().model_copy(update=update, deep=deep)
         if update:
             copy.__dict__.pop(_JSON_CACHE, None)
@@ -129,3 +156,14 @@ class Message(BaseModel):
             return self[key]
         except KeyError:
             return default
+
+
+def _frozen_update(update: Mapping[str, Any]) -> dict[str, Any]:
+    """``update`` for :meth:`Message.model_copy` with its nested fields made read-only."""
+    out = dict(update)
+    if "metadata" in out:
+        out["metadata"] = freeze(out["metadata"])
+    if "tool_calls" in out:
+        calls = [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in out["tool_calls"]]
+        out["tool_calls"] = FrozenList(calls)
+    return out

@@ -23,6 +23,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from tulip_nb.core._time import AwareDatetime, utcnow
+from tulip_nb.core.frozen import FrozenDict, FrozenList
 from tulip_nb.core.messages import Message, ToolCall
 
 __all__ = [
@@ -196,7 +197,12 @@ _CANONICAL = (
 
 
 def _not_plain(value: Any) -> Any:
-    raise TypeError(f"not a plain JSON value: {type(value).__name__}")
+    kind = type(value)
+    if kind is FrozenDict:  # a message's read-only containers are plain JSON underneath
+        return dict(value)
+    if kind is FrozenList:
+        return list(value)
+    raise TypeError(f"not a plain JSON value: {kind.__name__}")
 
 
 def _plain_message(message: Message) -> dict[str, Any]:

@@ -9,7 +9,32 @@ widgets in :mod:`tulip_nb.widgets` only arrange these calls. Names are imported 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from tulip_nb.lab._ids import add_principal, principal_for_api_key, strip_principal
+    from tulip_nb.lab.branches import afork, asweep, fork, sweep
+    from tulip_nb.lab.diff import MessageChange, ThreadDiff, adiff_threads, diff_threads
+    from tulip_nb.lab.export import aexport_threads, export_threads
+    from tulip_nb.lab.plots import InlineFigure, plot_composition, plot_sweep, plot_token_usage, to_png
+    from tulip_nb.lab.replay import LiveBranch, Replay, ReplayModel
+    from tulip_nb.lab.simulate import (
+        asimulate_compaction,
+        compaction_grid,
+        length_summarizer,
+        simulate_compaction,
+        summarize_simulation,
+    )
+    from tulip_nb.lab.thread import (
+        Thread,
+        ThreadLike,
+        aas_thread,
+        aopen_thread,
+        as_thread,
+        athreads,
+        open_thread,
+        threads,
+    )
 
 # public name -> module that defines it (each module adds its own lines)
 _LAZY: dict[str, str] = {
@@ -23,6 +48,9 @@ _LAZY: dict[str, str] = {
     "aopen_thread": "tulip_nb.lab.thread",
     "threads": "tulip_nb.lab.thread",
     "athreads": "tulip_nb.lab.thread",
+    "as_thread": "tulip_nb.lab.thread",
+    "aas_thread": "tulip_nb.lab.thread",
+    "ThreadLike": "tulip_nb.lab.thread",
     "Replay": "tulip_nb.lab.replay",
     "ReplayModel": "tulip_nb.lab.replay",
     "LiveBranch": "tulip_nb.lab.replay",
@@ -46,7 +74,42 @@ _LAZY: dict[str, str] = {
     "to_png": "tulip_nb.lab.plots",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "InlineFigure",
+    "LiveBranch",
+    "MessageChange",
+    "Replay",
+    "ReplayModel",
+    "Thread",
+    "ThreadDiff",
+    "ThreadLike",
+    "aas_thread",
+    "add_principal",
+    "adiff_threads",
+    "aexport_threads",
+    "afork",
+    "aopen_thread",
+    "as_thread",
+    "asimulate_compaction",
+    "asweep",
+    "athreads",
+    "compaction_grid",
+    "diff_threads",
+    "export_threads",
+    "fork",
+    "length_summarizer",
+    "open_thread",
+    "plot_composition",
+    "plot_sweep",
+    "plot_token_usage",
+    "principal_for_api_key",
+    "simulate_compaction",
+    "strip_principal",
+    "summarize_simulation",
+    "sweep",
+    "threads",
+    "to_png",
+]
 
 
 def __getattr__(name: str) -> Any:

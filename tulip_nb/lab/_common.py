@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-import html
 import json
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
 
-from tulip_nb.agent._sync import run_sync
+from tulip_nb._html import esc
+from tulip_nb._sync import run_sync
 from tulip_nb.core.errors import UserError
+from tulip_nb.core.keys import FORK_INDEX_KEY
 from tulip_nb.core.messages import Message
 
 __all__ = [
@@ -28,9 +29,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-FORK_INDEX_KEY = "fork_message_index"
-"""Save-metadata key of a branch's first checkpoint: the source message index it was cut at."""
-
 Edit = str | Message | Callable[[Message], Message] | Mapping[int, "str | Message | Callable[[Message], Message]"]
 """How a fork or a live branch changes a message: new text, a whole message, a function of the
 message, or ``{index: one of those}`` for explicit positions."""
@@ -39,11 +37,6 @@ message, or ``{index: one of those}`` for explicit positions."""
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` from sync code (a script or a notebook cell with a running loop)."""
     return run_sync(coro)
-
-
-def esc(value: object) -> str:
-    """HTML-escaped text of ``value`` (``None`` -> empty)."""
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def short(text: str | None, limit: int = 160) -> str:

@@ -19,8 +19,7 @@ from typing import Any
 
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.state import AgentState
-from tulip_nb.memory.compactor import LLMCompactor, SummarizingConversationManager
-from tulip_nb.memory.managers import STATE_KEY
+from tulip_nb.memory.conversation import STATE_KEY, LLMCompactor, SummarizingConversationManager
 from tulip_nb.models.metadata import metadata_for
 
 __all__ = ["model_window", "over_window", "saved_window", "window_for"]

@@ -27,21 +27,23 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb._deps import require
 from tulip_nb.agent import Agent
-from tulip_nb.agent._loop import snapshot
-from tulip_nb.agent._turn import RUN_KEY
+from tulip_nb.agent.turns import RUN_KEY, snapshot
 from tulip_nb.core.calls import POSITION_KEY, CallRef, answered_by, execution_position
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
 from tulip_nb.lab._common import FORK_INDEX_KEY, Edit, apply_edit, run, short
-from tulip_nb.lab.thread import Thread, aopen_thread
-from tulip_nb.memory._events import EVENTS_KEY, STATE_KEY
-from tulip_nb.memory._history import fingerprint
+from tulip_nb.lab.thread import Thread, ThreadLike, aas_thread, aopen_thread
+from tulip_nb.memory.conversation.events import EVENTS_KEY, STATE_KEY
+from tulip_nb.memory.conversation.plan import fingerprint
 from tulip_nb.tools import Tool
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 __all__ = ["afork", "asweep", "branch_state", "fork", "save_branch", "sweep", "turn_executions"]
 
@@ -172,8 +174,16 @@ async def _point(thread: Thread, at: str | int) -> tuple[AgentState, int, str]:
     return thread.latest.state, index, parent.checkpoint_id
 
 
-async def afork(thread: Thread, at: str | int, edit: Edit | None = None, new_thread_id: str | None = None) -> Thread:
+async def afork(
+    thread: ThreadLike,
+    at: str | int,
+    edit: Edit | None = None,
+    new_thread_id: str | None = None,
+    *,
+    checkpointer: BaseCheckpointer | str | None = None,
+) -> Thread:
     """Async :func:`fork`."""
+    thread = await aas_thread(thread, checkpointer, what="fork")
     state, index, parent = await _point(thread, at)
     msgs, _ = apply_edit(state.messages[: index + 1], edit, index, f"thread {thread.thread_id!r}")
     new_id = await save_branch(
@@ -182,13 +192,22 @@ async def afork(thread: Thread, at: str | int, edit: Edit | None = None, new_thr
     return await aopen_thread(thread.checkpointer, new_id, counter=thread.counter)
 
 
-def fork(thread: Thread, at: str | int, edit: Edit | None = None, new_thread_id: str | None = None) -> Thread:
+def fork(
+    thread: ThreadLike,
+    at: str | int,
+    edit: Edit | None = None,
+    new_thread_id: str | None = None,
+    *,
+    checkpointer: BaseCheckpointer | str | None = None,
+) -> Thread:
     """A new thread with ``thread``'s history up to ``at`` (module docstring); returns its handle.
+
+    ``thread``: a :class:`Thread`, or a thread id with ``checkpointer=`` (a checkpointer or its URL).
 
     Errors name the thread and the point: a checkpoint not in the thread or an index past the end
     raise :class:`CheckpointNotFound`; a taken ``new_thread_id`` :class:`CheckpointConflict`.
     """
-    return run(afork(thread, at, edit, new_thread_id))
+    return run(afork(thread, at, edit, new_thread_id, checkpointer=checkpointer))
 
 
 def _variant_agent(base: Agent | None, spec: Mapping[str, Any], name: str, cp: Any) -> Agent:
@@ -234,19 +253,21 @@ def _named_variants(variants: Variants) -> dict[str, Mapping[str, Any]]:
 
 
 async def asweep(
-    thread: Thread,
+    thread: ThreadLike,
     at: str | int,
     variants: Variants,
     *,
+    checkpointer: BaseCheckpointer | str | None = None,
     prompt: str | None = None,
     agent: Agent | None = None,
     concurrency: int = 4,
 ) -> pd.DataFrame:
     """Async :func:`sweep`."""
-    import pandas as pd
+    pd = require("pandas")
 
     if concurrency < 1:
         raise UserError(f"concurrency must be at least 1, got {concurrency}")
+    thread = await aas_thread(thread, checkpointer, what="sweep")
     variants = _named_variants(variants)
     agents = {name: _variant_agent(agent, spec, name, thread.checkpointer) for name, spec in variants.items()}
     state, index, parent = await _point(thread, at)
@@ -299,10 +320,11 @@ async def asweep(
 
 
 def sweep(
-    thread: Thread,
+    thread: ThreadLike,
     at: str | int,
     variants: Variants,
     *,
+    checkpointer: BaseCheckpointer | str | None = None,
     prompt: str | None = None,
     agent: Agent | None = None,
     concurrency: int = 4,
@@ -315,5 +337,8 @@ def sweep(
     ``variants``: ``{name: spec}``, or a list of specs, named ``"0: model='openai:gpt-4o'"`` etc.
     Columns: variant, thread_id, final_answer, iterations, tool_trajectory, tokens, compactions,
     error (a failed variant is reported, not raised). At most ``concurrency`` run at once.
+    ``thread``: a :class:`Thread`, or a thread id with ``checkpointer=`` (a checkpointer or its URL).
     """
-    return run(asweep(thread, at, variants, prompt=prompt, agent=agent, concurrency=concurrency))
+    return run(
+        asweep(thread, at, variants, checkpointer=checkpointer, prompt=prompt, agent=agent, concurrency=concurrency)
+    )

@@ -25,6 +25,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb._deps import require
 from tulip_nb.core.calls import CallRef, answered_by
 from tulip_nb.core.messages import Message
 from tulip_nb.lab._common import call_text, canonical_json, esc, message_key, run, short
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from tulip_nb.lab.thread import Thread
+    from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 __all__ = ["MessageChange", "ThreadDiff", "adiff_threads", "diff_threads"]
 
@@ -178,7 +180,7 @@ class ThreadDiff:
     def to_frame(self, text_diff: bool = False) -> pd.DataFrame:
         """One row per differing message: kind, index_a, index_b, role, text_a, text_b, tool calls,
         details, tokens_a, tokens_b, token_delta (and ``text_diff`` when asked)."""
-        import pandas as pd
+        pd = require("pandas")
 
         rows = []
         for c in self.changes:
@@ -266,10 +268,13 @@ def _final(msgs: list[Message]) -> str:
     return m.content or "" if m is not None else ""
 
 
-async def adiff_threads(a: Thread, b: Thread | str) -> ThreadDiff:
+async def adiff_threads(
+    a: Thread | str, b: Thread | str, *, checkpointer: BaseCheckpointer | str | None = None
+) -> ThreadDiff:
     """Async :func:`diff_threads`."""
-    from tulip_nb.lab.thread import Thread, aopen_thread
+    from tulip_nb.lab.thread import Thread, aas_thread, aopen_thread
 
+    a = await aas_thread(a, checkpointer, what="diff_threads")
     if not isinstance(b, Thread):  # a thread id: opened in a's checkpointer (which checks it)
         b = await aopen_thread(a.checkpointer, b, counter=a.counter)
     # Across checkpointers too: an export keeps the checkpoint ids, so a copy shares them.
@@ -301,7 +306,8 @@ async def adiff_threads(a: Thread, b: Thread | str) -> ThreadDiff:
     )
 
 
-def diff_threads(a: Thread, b: Thread | str) -> ThreadDiff:
+def diff_threads(a: Thread | str, b: Thread | str, *, checkpointer: BaseCheckpointer | str | None = None) -> ThreadDiff:
     """Compare two threads (module docstring); ``a`` is the reference, ``b`` the other side (a
-    :class:`Thread`, or a thread id of ``a``'s checkpointer)."""
-    return run(adiff_threads(a, b))
+    :class:`Thread`, or a thread id of ``a``'s checkpointer). ``a`` may be a thread id too, with
+    ``checkpointer=`` (a checkpointer or its URL): then both ids are opened there."""
+    return run(adiff_threads(a, b, checkpointer=checkpointer))

@@ -43,11 +43,12 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import orjson
 
-from tulip_nb.core._time import iso_offset
+from tulip_nb._deps import require
+from tulip_nb.core import iso_offset
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.state import state_json_bytes
 from tulip_nb.lab._common import canonical_json
@@ -57,14 +58,18 @@ from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, Checkpoin
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tulip_nb.lab.thread import Thread
+
 __all__ = ["REPORT_COLUMNS", "aexport_threads", "export_threads", "open_checkpointer"]
 
 History = Literal["all", "latest"]
+Threads: TypeAlias = "str | Thread | Sequence[str | Thread] | None"
+"""Which threads: None (all), a glob or an id, a :class:`~tulip_nb.lab.Thread`, or a list of ids /
+Threads (a Thread stands for its id in ``source``)."""
 OnConflict = Literal["error", "skip", "overwrite"]
 REPORT_COLUMNS = (
     "thread", "dest_thread", "status", "checkpoints", "copied", "skipped", "bytes", "checksum", "verified", "error",
 )  # fmt: skip
-_ALL = 10**9
 _GLOB = set("*?[")
 
 
@@ -145,20 +150,28 @@ def _resolve_map(map_ids: IdMap | str | None, principal: str | None) -> IdMap:
     raise UserError(f"map_ids must be a function, 'strip-principal' or 'add-principal', got {map_ids!r}")
 
 
-async def _select(source: BaseCheckpointer, threads: str | Sequence[str] | None) -> list[str]:
+def _thread_ids(threads: Threads) -> list[str]:
+    """Ids of a thread id, a :class:`~tulip_nb.lab.Thread`, or a list of either."""
+    from tulip_nb.lab.thread import Thread
+
+    items: list[str | Thread] = [threads] if isinstance(threads, str | Thread) else list(threads or ())
+    return [t.thread_id if isinstance(t, Thread) else t for t in items]
+
+
+async def _select(source: BaseCheckpointer, threads: Threads) -> list[str]:
     if threads is None or (isinstance(threads, str) and _GLOB & set(threads)):
         pattern = threads or "*"
         if not source.capabilities.list_threads:
             raise UserError(f"{source!r} cannot list its threads; pass threads=[...] with their ids")
-        return await source.list_threads(limit=_ALL, pattern=pattern)
-    ids = [threads] if isinstance(threads, str) else list(threads)
+        return await source.list_threads(limit=None, pattern=pattern)
+    ids = _thread_ids(threads)
     for tid in ids:
         validate_thread_id(tid)
     return list(dict.fromkeys(ids))
 
 
 async def _plan(source: BaseCheckpointer, dest: BaseCheckpointer, row: _Row, history: History) -> _Plan:
-    infos = await source.list_checkpoint_infos(row.thread, limit=_ALL)
+    infos = await source.list_checkpoint_infos(row.thread, limit=None)
     plan = _Plan(row, infos)
     if not infos:
         row.status, row.error = "failed", "source thread has no checkpoints"
@@ -166,7 +179,7 @@ async def _plan(source: BaseCheckpointer, dest: BaseCheckpointer, row: _Row, his
     plan.todo = [infos[0]] if history == "latest" else infos[::-1]
     row.checkpoints = len(plan.todo)
     by_id = {i.checkpoint_id: i for i in infos}
-    there = await dest.list_checkpoint_infos(row.dest_thread, limit=_ALL)
+    there = await dest.list_checkpoint_infos(row.dest_thread, limit=None)
     foreign = [
         d.checkpoint_id for d in there if d.checkpoint_id not in by_id or not _same_info(d, by_id[d.checkpoint_id])
     ]
@@ -272,7 +285,7 @@ async def _verify(dest: BaseCheckpointer, thread: str, digests: list[_Digest], n
         ]
         if diff:
             problems.append(f"{d.checkpoint_id}: {', '.join(diff)} differ")
-    ids = await dest.list_checkpoints(thread, limit=_ALL)
+    ids = await dest.list_checkpoints(thread, limit=None)
     if len(ids) != len(set(ids)):
         problems.append("duplicate checkpoint ids in the destination")
     latest = await dest.load_checkpoint(thread)
@@ -284,7 +297,7 @@ async def _verify(dest: BaseCheckpointer, thread: str, digests: list[_Digest], n
 async def aexport_threads(
     source: BaseCheckpointer | str,
     dest: BaseCheckpointer | str,
-    threads: str | Sequence[str] | None = None,
+    threads: Threads = None,
     *,
     history: History = "all",
     verify: bool = True,
@@ -303,7 +316,7 @@ async def aexport_threads(
     if concurrency < 1:
         raise UserError(f"concurrency must be at least 1, got {concurrency!r}")
     mapping = _resolve_map(map_ids, principal)
-    import pandas as pd
+    pd = require("pandas")
 
     src, close_src = open_checkpointer(source)
     try:
@@ -363,7 +376,7 @@ async def aexport_threads(
 def export_threads(
     source: BaseCheckpointer | str,
     dest: BaseCheckpointer | str,
-    threads: str | Sequence[str] | None = None,
+    threads: Threads = None,
     *,
     history: History = "all",
     verify: bool = True,
@@ -380,7 +393,8 @@ def export_threads(
         source, dest: checkpointers, or URLs (``file:./threads``, ``memory:``,
             ``s3://bucket/prefix/?endpoint_url=...``, ``redis://...``, ``postgresql://...``,
             ``mysql://...``, ``http://...``, ``tulip-pg://user@host/db?tenant=...``).
-        threads: every thread (None), a glob over source ids (``"ticket-*"``) or a list of ids.
+        threads: every thread (None), a glob over source ids (``"ticket-*"``), a list of ids, or
+            :class:`~tulip_nb.lab.Thread` handles (each stands for its ``thread_id``).
         history: ``"all"`` checkpoints, or only each thread's ``"latest"``.
         verify: read everything back from ``dest`` and compare it field by field.
         dry_run: report what would be copied; write nothing.
@@ -399,7 +413,7 @@ def export_threads(
         ``checksum`` (sha256 prefix of the exported checkpoints, equal across re-runs),
         ``verified`` and ``error`` (where a failed thread stopped). Works inside a running loop.
     """
-    from tulip_nb.agent._sync import run_sync
+    from tulip_nb._sync import run_sync
 
     return run_sync(
         aexport_threads(

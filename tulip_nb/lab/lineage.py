@@ -19,8 +19,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ancestry", "common_ancestor", "lineage_rows", "origin"]
 
-ALL = 10**9
-
 
 def origin(infos: list[CheckpointInfo]) -> tuple[str, str | None, str] | None:
     """``(source thread, source checkpoint, relation)`` a thread was branched from, from its oldest
@@ -41,7 +39,7 @@ def origin(infos: list[CheckpointInfo]) -> tuple[str, str | None, str] | None:
 
 async def _infos(cp: BaseCheckpointer, thread_id: str) -> list[CheckpointInfo]:
     try:
-        return await cp.list_checkpoint_infos(thread_id, limit=ALL)
+        return await cp.list_checkpoint_infos(thread_id, limit=None)
     except TulipNBError:
         return []
 
@@ -118,7 +116,7 @@ async def lineage_rows(cp: BaseCheckpointer, thread_id: str, infos: list[Checkpo
         infos = await _infos(cp, src)
         up = origin(infos)
     try:
-        others = await cp.list_threads(limit=ALL)
+        others = await cp.list_threads(limit=None)
     except CapabilityNotSupported:
         others = []
     for tid in others:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb._deps import require
 from tulip_nb.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from tulip_nb.lab.thread import Thread
+    from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 # InlineFigure is defined on first use (module __getattr__), so matplotlib loads only when plotting
 __all__ = ["InlineFigure", "plot_composition", "plot_sweep", "plot_token_usage", "to_png"]  # noqa: F822
@@ -55,6 +57,7 @@ def _inline_figure_class() -> type[Figure]:
     """:class:`InlineFigure`, defined on first use so importing this module imports no matplotlib."""
     global _inline_class
     if _inline_class is None:
+        require("matplotlib", feature="tulip_nb.lab plots")
         from matplotlib.figure import Figure
 
         class InlineFigure(Figure):
@@ -77,6 +80,7 @@ def __getattr__(name: str) -> Any:
 
 
 def _figure(width: float = 8.0, height: float = 4.0) -> Figure:
+    require("matplotlib", feature="tulip_nb.lab plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     # constrained layout: axis labels, titles and outside legends stay inside the PNG at any size
@@ -111,9 +115,10 @@ def _one(frame: pd.DataFrame, config: str | None) -> pd.DataFrame:
 
 
 def plot_token_usage(
-    frame: pd.DataFrame | Thread,
+    frame: pd.DataFrame | Thread | str,
     config: str | None = None,
     *,
+    checkpointer: BaseCheckpointer | str | None = None,
     trigger_tokens: float | None = None,
     context_length: float | None = None,
 ) -> Figure:
@@ -121,13 +126,19 @@ def plot_token_usage(
     each compaction and a red dot at each call over the window (its ``over_window`` column, or
     more than the window when the frame has none); the full history is dashed. ``frame``: a
     :func:`simulate_compaction` frame (``config`` picks one config), a ``Thread.usage`` frame, or
-    a :class:`Thread` (its recorded usage). Trigger and window come from the frame (a compactor's
+    a :class:`Thread` (its recorded usage; or a thread id with ``checkpointer=``, a checkpointer
+    or its URL). Trigger and window come from the frame (a compactor's
     config) unless given. The y axis starts at 0 and reaches the highest of the curves, the
     trigger and the window."""
+    require("matplotlib", feature="plot_token_usage")
     from matplotlib.ticker import MaxNLocator
 
-    from tulip_nb.lab.thread import Thread
+    from tulip_nb.lab.thread import Thread, as_thread
 
+    if isinstance(frame, str | Thread):
+        frame = as_thread(frame, checkpointer, what="plot_token_usage")
+    elif checkpointer is not None:
+        raise UserError("plot_token_usage: checkpointer= goes with a thread id, not a frame")
     if isinstance(frame, Thread):
         config = config or frame.thread_id
         frame = frame.usage
@@ -234,6 +245,7 @@ def plot_sweep(summary: pd.DataFrame) -> Figure:
     :func:`~tulip_nb.lab.compaction_grid` or :func:`~tulip_nb.lab.summarize_simulation` frame);
     the key beside the axes gives each number's config, so names never overlap the points or each
     other."""
+    require("matplotlib", feature="plot_sweep")
     from matplotlib.lines import Line2D
 
     for col in ("config", "saved_fraction", "facts_kept"):

@@ -32,24 +32,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from tulip_nb._deps import require
 from tulip_nb.agent import Agent
-from tulip_nb.agent._loop import TurnRunner, snapshot
-from tulip_nb.agent._turn import RUN_KEY, canonical_args, start_turn
 from tulip_nb.agent.result import AgentResult, Step
+from tulip_nb.agent.turns import RUN_KEY, TurnRunner, canonical_args, snapshot, start_turn
 from tulip_nb.core.calls import CallRef, answered_by, unanswered_calls
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import Edit, apply_edit, call_text, message_key, run
 from tulip_nb.lab.branches import branch_state, save_branch
-from tulip_nb.lab.thread import Thread
-from tulip_nb.memory._events import STATE_KEY
-from tulip_nb.memory.managers import ConversationManager, NullManager
+from tulip_nb.lab.thread import Thread, ThreadLike, as_thread
+from tulip_nb.memory.conversation import STATE_KEY, ConversationManager, NullManager
 from tulip_nb.models.replay import ReplayModel as _BaseReplayModel
 from tulip_nb.tools import Tool
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 __all__ = ["LiveBranch", "Replay", "ReplayModel"]
 
@@ -146,19 +147,22 @@ class Replay:
 
     ``agent`` gives the tools, the conversation manager (cloned), ``max_iterations`` and the
     default model for :meth:`go_live`; its model is never called during replay. Without an agent,
-    tools answer from the record and the model sees everything (``NullManager``).
+    tools answer from the record and the model sees everything (``NullManager``). ``thread``: a
+    :class:`Thread`, or a thread id with ``checkpointer=`` (a checkpointer or its URL).
     """
 
     def __init__(
         self,
-        thread: Thread,
+        thread: ThreadLike,
         agent: Agent | None = None,
         *,
         tools: Literal["real", "recorded"] = "real",
         conversation_manager: ConversationManager | None = None,
+        checkpointer: BaseCheckpointer | str | None = None,
     ) -> None:
         if tools not in ("real", "recorded"):
             raise UserError(f"tools= must be 'real' or 'recorded', got {tools!r}")
+        thread = as_thread(thread, checkpointer, what="Replay")
         self.thread = thread
         self.record = list(thread.final_messages)
         self.base = agent
@@ -301,7 +305,7 @@ class Replay:
     def divergences(self) -> pd.DataFrame:
         """Where the replay left the record: step, message index, kind (``tool call``, ``tool
         arguments``, ``tool result``, ``message``), expected and actual text. Empty: faithful."""
-        import pandas as pd
+        pd = require("pandas")
 
         return pd.DataFrame(self._divergences, columns=["step", "index", "kind", "expected", "actual"])
 

@@ -47,22 +47,30 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb._deps import require
 from tulip_nb.core.errors import ContextWindowExceeded, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import run
 from tulip_nb.lab._window import Window, over_window, window_for
-from tulip_nb.memory._events import EVENTS_KEY
-from tulip_nb.memory._history import Plan, stub
-from tulip_nb.memory._summarizing import SummarizingConversationManager
-from tulip_nb.memory.compactor import LLMCompactor
-from tulip_nb.memory.managers import ConversationManager, NullManager, PlanningManager, SlidingWindowManager
+from tulip_nb.memory.conversation import (
+    EVENTS_KEY,
+    ConversationManager,
+    LLMCompactor,
+    NullManager,
+    Plan,
+    PlanningManager,
+    SlidingWindowManager,
+    SummarizingConversationManager,
+)
+from tulip_nb.memory.conversation.plan import stub
 from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from tulip_nb.lab.thread import Thread
+    from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 __all__ = ["compaction_grid", "length_summarizer", "normalize_probes", "simulate_compaction", "summarize_simulation"]
 
@@ -425,9 +433,10 @@ def _call_points(msgs: list[Message]) -> list[tuple[int, int, int]]:
 
 
 async def asimulate_compaction(
-    thread: Thread | AgentState | Sequence[Message],
+    thread: Thread | str | AgentState | Sequence[Message],
     configs: Configs,
     *,
+    checkpointer: BaseCheckpointer | str | None = None,
     probes: Probes = (),
     tools: Sequence[Any] | None = None,
     summarizer: Any = None,
@@ -435,8 +444,12 @@ async def asimulate_compaction(
     context_window: Window = None,
 ) -> pd.DataFrame:
     """Async :func:`simulate_compaction`."""
-    import pandas as pd
+    pd = require("pandas")
 
+    if isinstance(thread, str):  # a thread id, opened in ``checkpointer`` (a str is a Sequence too)
+        from tulip_nb.lab.thread import aas_thread
+
+        thread = await aas_thread(thread, checkpointer, what="simulate_compaction")
     msgs = _messages_of(thread)
     schemas = _schemas(tools)
     ends = _call_points(msgs)
@@ -460,9 +473,10 @@ async def asimulate_compaction(
 
 
 def simulate_compaction(
-    thread: Thread | AgentState | Sequence[Message],
+    thread: Thread | str | AgentState | Sequence[Message],
     configs: Configs,
     *,
+    checkpointer: BaseCheckpointer | str | None = None,
     probes: Probes = (),
     tools: Sequence[Any] | None = None,
     summarizer: Any = None,
@@ -470,6 +484,9 @@ def simulate_compaction(
     context_window: Window = None,
 ) -> pd.DataFrame:
     """Replay only the conversation-manager logic of ``thread`` for each config (module docstring).
+
+    ``thread``: a :class:`Thread`, a state, its messages, or a thread id with ``checkpointer=``
+    (a checkpointer or its URL, ``"file:./threads"``).
 
     ``configs``: ``{name: manager or {"kind": "compactor"|"window"|"null"|"summarizing", **kwargs}}``,
     or one manager or config dict, or a list of them (named by the manager's repr); each is cloned,
@@ -487,6 +504,7 @@ def simulate_compaction(
         asimulate_compaction(
             thread,
             configs,
+            checkpointer=checkpointer,
             probes=probes,
             tools=tools,
             summarizer=summarizer,
@@ -507,7 +525,7 @@ def summarize_simulation(sim: pd.DataFrame) -> pd.DataFrame:
     tokens, tokens saved (summed over calls, and as a fraction), facts kept (share of probe checks,
     after the fact was said, where it was still in view; NaN without probes), ``over_window_calls``
     (calls that sent more than the window; 0 also when the window is unknown)."""
-    import pandas as pd
+    pd = require("pandas")
 
     probe_cols = [c for c in sim.columns if str(c).startswith("probe: ")]
     rows = []
@@ -532,8 +550,9 @@ def summarize_simulation(sim: pd.DataFrame) -> pd.DataFrame:
 
 
 def compaction_grid(
-    thread: Thread | AgentState | Sequence[Message],
+    thread: Thread | str | AgentState | Sequence[Message],
     *,
+    checkpointer: BaseCheckpointer | str | None = None,
     context_length: int = 128_000,
     trigger_fractions: Sequence[float] = (0.6, 0.7, 0.8, 0.9, 0.95),
     tail_token_fractions: Sequence[float] = (0.2, 0.4),
@@ -547,6 +566,7 @@ def compaction_grid(
 
     A tail fraction near or above the trigger fraction compacts on every call (the kept tail alone
     crosses the trigger again): legal, but slow to simulate and rarely what you want.
+    ``thread``: as for :func:`simulate_compaction` (a thread id needs ``checkpointer=``).
     """
     configs: dict[str, Any] = {}
     params: dict[str, tuple[float, float]] = {}
@@ -557,7 +577,9 @@ def compaction_grid(
                 context_length=context_length, trigger_fraction=tf, tail_token_fraction=tail, head_turns=head_turns
             )
             params[name] = (tf, tail)
-    sim = simulate_compaction(thread, configs, probes=probes, tools=tools, summarizer=summarizer)
+    sim = simulate_compaction(
+        thread, configs, checkpointer=checkpointer, probes=probes, tools=tools, summarizer=summarizer
+    )
     out = summarize_simulation(sim)
     out.insert(1, "trigger_fraction", [params[c][0] for c in out["config"]])
     out.insert(2, "tail_token_fraction", [params[c][1] for c in out["config"]])

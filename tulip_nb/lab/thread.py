@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import inspect
 from datetime import datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb._deps import require
 from tulip_nb.core.errors import CheckpointNotFound, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
@@ -36,24 +38,20 @@ from tulip_nb.lab._common import call_text, esc, message_key, run, short
 from tulip_nb.lab._window import over_window, saved_window, window_for
 from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.lineage import lineage_rows
-from tulip_nb.memory._events import compaction_events, model_view, model_views
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
-from tulip_nb.memory.managers import saved_token_counts
+from tulip_nb.memory.conversation import compaction_events, model_view, model_views, saved_token_counts
 from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Thread", "aopen_thread", "athreads", "open_thread", "threads"]
+__all__ = ["Thread", "ThreadLike", "aas_thread", "aopen_thread", "as_thread", "athreads", "open_thread", "threads"]
 
-ALL = 10**9
 """``limit`` that lists every checkpoint of a thread."""
 
 
 def _pd() -> Any:
-    import pandas as pd
-
-    return pd
+    return require("pandas")
 
 
 class Thread:
@@ -63,6 +61,12 @@ class Thread:
     first need (``.checkpoints``, ``.history``, the ``checkpoint`` column of ``.messages``) and
     kept. The views (``messages``, ``checkpoints``, ``history``, ``usage``, ``events``,
     ``lineage``) are properties; ``usage_for(tools)`` is ``usage`` with the tool schemas counted.
+
+    A Thread is a **snapshot** of the thread as it was when opened: ``messages``, ``history``,
+    ``usage``, ``events`` and ``lineage`` are computed on first access and cached for the life of
+    the handle, never invalidated (a later save, or a fork made afterwards, does not show: call
+    :func:`open_thread` again for a fresh snapshot). The cached frames and lists are shared
+    between accesses: ``.copy()`` one before changing it.
     """
 
     def __init__(
@@ -129,7 +133,7 @@ class Thread:
         """Every checkpoint of the thread with its state, oldest first."""
         return [await self.acheckpoint(i.checkpoint_id) for i in reversed(self.infos)]
 
-    @property
+    @cached_property
     def history(self) -> list[Checkpoint]:
         """Every checkpoint of the thread with its state, oldest first (sync :meth:`ahistory`)."""
         if all(i.checkpoint_id in self._loaded for i in self.infos):
@@ -232,14 +236,14 @@ class Thread:
             raise IndexError(f"thread {self.thread_id!r} has {n} model calls, no call {call}")
         return model_view(self.state(checkpoint_id), call=index)
 
-    @property
+    @cached_property
     def events(self) -> pd.DataFrame:
         """The recorded compaction events (one row each)."""
         events = compaction_events(self.latest.state)
         cols = ["call", "iteration", "manager", "trigger", "n_messages", "tokens_before", "tokens_after"]
         return _pd().DataFrame([{c: e.get(c) for c in cols} for e in events], columns=cols)
 
-    @property
+    @cached_property
     def usage(self) -> pd.DataFrame:
         """Per model call, from the recorded events: ``call``, ``n_messages``, ``full_tokens``
         (the whole history), ``context_tokens`` (what the model saw), ``compacted``, ``trigger``,
@@ -289,7 +293,7 @@ class Thread:
         cols = ["relation", "thread_id", "checkpoint_id", "branch_point", "created_at", "source"]
         return _pd().DataFrame(rows, columns=cols)
 
-    @property
+    @cached_property
     def lineage(self) -> pd.DataFrame:
         """Sync :meth:`alineage`: rows ``relation`` (``parent``/``ancestor``/``copied_from``/``fork``/
         ``copy``), ``thread_id``, ``checkpoint_id`` (the other thread's first checkpoint),
@@ -321,6 +325,49 @@ class Thread:
         )
 
 
+ThreadLike = Thread | str
+"""What a lab function takes as a thread: a :class:`Thread`, or a thread id (then with
+``checkpointer=``, a checkpointer or its URL; see :func:`as_thread`)."""
+
+
+async def aas_thread(
+    thread: ThreadLike,
+    checkpointer: BaseCheckpointer | str | None = None,
+    *,
+    counter: TokenCounter | None = None,
+    what: str = "thread",
+) -> Thread:
+    """Async :func:`as_thread`."""
+    if isinstance(thread, Thread):
+        if checkpointer is not None and checkpointer is not thread.checkpointer:
+            raise UserError(f"{what}: a Thread already has its checkpointer; pass checkpointer= only with a thread id")
+        return thread
+    if isinstance(thread, str):
+        if checkpointer is None:
+            raise UserError(
+                f"{what}: {thread!r} is a thread id; pass checkpointer= (a checkpointer or its URL, "
+                "'file:./threads', ...) or a Thread from open_thread(...)"
+            )
+        return await aopen_thread(checkpointer, thread, counter=counter)
+    raise UserError(f"{what}: expected a Thread or a thread id, got {type(thread).__name__}")
+
+
+def as_thread(
+    thread: ThreadLike,
+    checkpointer: BaseCheckpointer | str | None = None,
+    *,
+    counter: TokenCounter | None = None,
+    what: str = "thread",
+) -> Thread:
+    """``thread`` as a :class:`Thread`: a Thread is returned as is; a thread id is opened with
+    ``checkpointer`` (a checkpointer or a store URL such as ``"file:./threads"``), as
+    :func:`open_thread` does. :class:`UserError` (naming ``what``) for an id without a
+    checkpointer, a Thread with a different one, or anything else."""
+    if isinstance(thread, Thread):
+        return run(aas_thread(thread, checkpointer, what=what)) if checkpointer is not None else thread
+    return run(aas_thread(thread, checkpointer, counter=counter, what=what))
+
+
 def _same(a: Message, b: Message) -> bool:
     return a is b or a.json_bytes() == b.json_bytes() or message_key(a) == message_key(b)
 
@@ -336,7 +383,7 @@ async def aopen_thread(
     validate_thread_id(thread_id)
     cp, opened = open_checkpointer(checkpointer)
     try:
-        infos = await cp.list_checkpoint_infos(thread_id, limit=ALL)
+        infos = await cp.list_checkpoint_infos(thread_id, limit=None)
         latest = await cp.load_checkpoint(thread_id, infos[0].checkpoint_id if infos else None)
         if latest is None:
             raise CheckpointNotFound(f"no such thread in {cp!r}", thread_id=thread_id)
@@ -373,7 +420,7 @@ async def _threads(checkpointer: BaseCheckpointer, pattern: str, limit: int) -> 
     counter = get_counter()
     rows = []
     for tid in await checkpointer.list_threads(limit=limit, pattern=pattern):
-        infos = await checkpointer.list_checkpoint_infos(tid, limit=ALL)
+        infos = await checkpointer.list_checkpoint_infos(tid, limit=None)
         latest = await checkpointer.load_checkpoint(tid, infos[0].checkpoint_id if infos else None)
         if latest is None:
             continue

@@ -19,9 +19,9 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from tulip_nb.core._fastload import gc_paused, messages_from_json
-from tulip_nb.core._time import iso_offset, parse_datetime
+from tulip_nb.core import iso_offset, parse_datetime
 from tulip_nb.core.errors import CheckpointCorrupt
+from tulip_nb.core.fastload import gc_paused, messages_from_json
 from tulip_nb.core.state import AgentState, MessageBlobCache, state_json_parts
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 
@@ -115,7 +115,7 @@ def checkpoint_from_obj(obj: dict[str, Any], *, where: str, thread_id: str | Non
 
 
 def state_from_obj(raw_state: dict[str, Any], *, where: str, thread_id: str | None = None) -> AgentState:
-    """Validate a parsed AgentState dict; messages take the fast path of ``core._fastload``."""
+    """Validate a parsed AgentState dict; messages take the fast path of :mod:`tulip_nb.core.fastload`."""
     rest = {k: v for k, v in raw_state.items() if k != "messages"}
     try:
         state = AgentState.model_validate(rest)

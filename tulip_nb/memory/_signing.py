@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from tulip_nb.core.keys import ALG_KEY, HASH_KEY, PARENT_HASH_KEY, PARENT_KEY
 from tulip_nb.core.state import AgentState, MessageBlobCache, messages_digest
 
 __all__ = [
@@ -42,12 +43,8 @@ __all__ = [
     "signing_enabled",
 ]
 
-HASH_KEY = "tulip_nb_hash"
-PARENT_HASH_KEY = "tulip_nb_parent_hash"
-ALG_KEY = "tulip_nb_hash_alg"
 ALG = "sha256-chain/1"
-_PARENT_KEY = "parent_checkpoint_id"
-UNHASHED_KEYS = frozenset((HASH_KEY, PARENT_HASH_KEY, ALG_KEY, _PARENT_KEY, "copied_from"))
+UNHASHED_KEYS = frozenset((HASH_KEY, PARENT_HASH_KEY, ALG_KEY, PARENT_KEY, "copied_from"))
 _TAG = b"tulip_nb checkpoint sha256-chain/1\n"
 _EXCLUDE_MESSAGES = {"messages"}
 
@@ -139,8 +136,8 @@ def sign_metadata(
         meta.pop(k, None)
     if not signing_enabled():
         return meta
-    parent = meta.get(_PARENT_KEY)
-    if given is not None and _PARENT_KEY in given and parent != latest_id:
+    parent = meta.get(PARENT_KEY)
+    if given is not None and PARENT_KEY in given and parent != latest_id:
         ph = given.get(PARENT_HASH_KEY)
         parent_hash = ph if isinstance(ph, str) else None
     elif parent is not None and parent == latest_id and latest_metadata is not None:

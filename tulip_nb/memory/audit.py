@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core._time import iso_offset, utcnow
+from tulip_nb.core import iso_offset, utcnow
 from tulip_nb.core.errors import BackendUnavailable, UserError
 
 __all__ = ["AuditEntry", "AuditTrail", "AuditVerification"]

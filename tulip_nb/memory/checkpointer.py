@@ -40,6 +40,12 @@ thread_id=thread_id)`` where you pick the parent (unsigned checkpoints verify as
 
         async def list_checkpoints(self, thread_id, limit=10):
             return [cid for cid, _ in self.data.get(thread_id, [])][:limit]
+
+Then run the shipped conformance suite on it (:mod:`tulip_nb.testing`, ``CheckpointerSuite``):
+the same checks every built-in backend passes, including re-reading the store through a fresh
+instance after every write. The built-in backends share one more internal base
+(``tulip_nb.memory.backends._base``) that derives ``load``, ``list_checkpoints``, ``exists``,
+``get_metadata`` and the scans from a few primitives; it is not part of the public contract.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from types import TracebackType
 from typing import Any
 
 from tulip_nb.core.errors import CapabilityNotSupported, InvalidThreadId
+from tulip_nb.core.keys import PARENT_KEY
 from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory._signing import sign_metadata
 
@@ -71,7 +78,6 @@ __all__ = [
 ]
 
 MAX_THREAD_ID_LENGTH = 4096
-PARENT_KEY = "parent_checkpoint_id"
 
 
 def new_checkpoint_id() -> str:
@@ -311,7 +317,7 @@ class BaseCheckpointer(ABC):
         """
 
     @abstractmethod
-    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+    async def list_checkpoints(self, thread_id: str, limit: int | None = 10) -> list[str]:
         """Checkpoint ids of ``thread_id``, newest first."""
 
     # -- defaults built on the three ----------------------------------------------------------
@@ -346,7 +352,7 @@ class BaseCheckpointer(ABC):
         meta = await self.get_metadata(thread_id, cid) if self.capabilities.metadata_query else {}
         return Checkpoint(cid, thread_id, state.updated_at, state, meta or {})
 
-    async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
+    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         """Checkpoint ids with created_at and save metadata, newest first."""
         out = []
         for cid in await self.list_checkpoints(thread_id, limit=limit):
@@ -397,11 +403,11 @@ class BaseCheckpointer(ABC):
         await self.close()
 
     # -- capability-gated operations ----------------------------------------------------------
-    async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
+    async def search(self, query: str, limit: int | None = 10) -> list[dict[str, Any]]:
         """Full-text search over stored threads (capability ``search``)."""
         raise self._unimplemented("search", "search")
 
-    async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
+    async def query_by_metadata(self, key: str, value: Any, limit: int | None = 100) -> list[dict[str, Any]]:
         """Checkpoints whose save metadata has ``key == value`` (capability ``metadata_query``)."""
         raise self._unimplemented("metadata_query", "query_by_metadata")
 
@@ -417,11 +423,11 @@ class BaseCheckpointer(ABC):
         """Copy a thread with its whole history to a new id (capability ``branching``)."""
         raise self._unimplemented("branching", "copy_thread")
 
-    async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
+    async def list_threads(self, limit: int | None = 100, pattern: str = "*") -> list[str]:
         """Thread ids matching the glob ``pattern`` (capability ``list_threads``)."""
         raise self._unimplemented("list_threads", "list_threads")
 
-    async def list_with_metadata(self, limit: int = 100) -> list[dict[str, Any]]:
+    async def list_with_metadata(self, limit: int | None = 100) -> list[dict[str, Any]]:
         """Each thread's latest checkpoint with its metadata (capability ``list_with_metadata``)."""
         raise self._unimplemented("list_with_metadata", "list_with_metadata")
 

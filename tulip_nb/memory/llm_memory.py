@@ -44,12 +44,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import orjson
 
 from tulip_nb.core.errors import UserError
+from tulip_nb.core.keys import MEMORY_EVENTS_KEY, MEMORY_MARK
 from tulip_nb.core.messages import Message
-from tulip_nb.memory._events import model_view
-from tulip_nb.memory.managers import ConversationManager
+from tulip_nb.memory.conversation.base import ConversationManager
+from tulip_nb.memory.conversation.events import model_view
 from tulip_nb.memory.store import BaseStore, StoreItem
-from tulip_nb.memory.store._base import validate_namespace
-from tulip_nb.memory.store._text import STOP_WORDS, stem, tokens
+from tulip_nb.memory.store.base import validate_namespace
+from tulip_nb.memory.store.text import STOP_WORDS, stem, tokens
 
 if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
@@ -67,23 +68,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-MEMORY_EVENTS_KEY = "tulip_nb_memory_events"
-"""``state.metadata`` key holding the recall events of this thread (oldest first)::
-
-    {"v": 1, "manager": "LLMMemoryManager", "kind": "recall", "iteration": 1, "call": 0,
-     "n_messages": 2, "at": 1, "query": "...", "namespace": ["acme", "cust-4821"],
-     "method": "search", "items": [{"key": "fact-…", "score": 1.7, "content": "..."}],
-     "message": "Long-term memory ..."}
-
-``at`` is the index of the user message the recall was made for: the memory message was shown
-just before it, in every model call of that turn (``n_messages`` is the history length at the
-first of them). ``message`` is exactly the text shown; ``items == []`` means nothing was found and
-nothing was shown.
-"""
-
-MEMORY_MARK = "tulip_nb_memory"
-"""``Message.metadata`` key that marks the injected memory message (never part of the history)."""
 
 EXTRACTION_PROMPT = """You maintain an assistant's long-term memory.
 Read the conversation below and list the durable facts worth remembering in future, unrelated
@@ -479,8 +463,9 @@ def recall_events(state: AgentState) -> list[dict[str, Any]]:
 
 
 def model_view_with_memory(state: AgentState, call: int | None = None) -> list[Message]:
-    """What one model call of the thread saw, memory included (:func:`~tulip_nb.memory._events.model_view`
-    plus the memory message of that call's turn, rebuilt from the recall events alone)."""
+    """What one model call of the thread saw, memory included
+    (:func:`~tulip_nb.memory.conversation.events.model_view` plus the memory message of that call's
+    turn, rebuilt from the recall events alone)."""
     view = model_view(state, call)
     n = len(state.messages)
     if call is not None:

@@ -7,13 +7,17 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from tulip_nb.server.agent_server import AgentServer
+    from tulip_nb.server.checkpoints import checkpoint_app
 
 __all__ = ["AgentServer", "checkpoint_app"]
 
 # name -> module (import on first use: starlette is an optional dependency, ``tulip_nb[server]``)
 _LAZY: dict[str, str] = {
-    "checkpoint_app": "tulip_nb.server.checkpoint_app",
+    "checkpoint_app": "tulip_nb.server.checkpoints",
     "AgentServer": "tulip_nb.server.agent_server",
 }
 
@@ -27,7 +31,5 @@ def __getattr__(name: str) -> Any:
     except ImportError as e:
         raise ImportError(f"tulip_nb.server.{name} needs starlette: pip install 'tulip_nb[server]'") from e
     value = getattr(mod, name)
-    # Importing the submodule ``checkpoint_app`` bound the *module* under that name on this
-    # package; bind the function instead, so later lookups skip __getattr__ and get the right thing.
-    globals()[name] = value
+    globals()[name] = value  # later lookups skip __getattr__
     return value

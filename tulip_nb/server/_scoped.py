@@ -44,7 +44,7 @@ class ScopedCheckpointer(BaseCheckpointer):
     def _mine(self, stored: object) -> bool:
         return isinstance(stored, str) and stored.startswith(self.prefix)
 
-    def _rows(self, rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    def _rows(self, rows: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
         out = []
         for row in rows:
             if self._mine(row.get("thread_id")):
@@ -71,7 +71,7 @@ class ScopedCheckpointer(BaseCheckpointer):
     async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
         return await self.inner.load(self._in(thread_id), checkpoint_id)
 
-    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+    async def list_checkpoints(self, thread_id: str, limit: int | None = 10) -> list[str]:
         return await self.inner.list_checkpoints(self._in(thread_id), limit)
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
@@ -87,7 +87,7 @@ class ScopedCheckpointer(BaseCheckpointer):
         ckpt = await self.inner.load_checkpoint(self._in(thread_id), checkpoint_id)
         return dataclasses.replace(ckpt, thread_id=thread_id) if ckpt is not None else None
 
-    async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
+    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         infos = await self.inner.list_checkpoint_infos(self._in(thread_id), limit)
         return [dataclasses.replace(i, thread_id=thread_id) for i in infos]
 
@@ -97,18 +97,22 @@ class ScopedCheckpointer(BaseCheckpointer):
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         return await self.inner.copy_thread(self._in(source_thread_id), self._in(dest_thread_id))
 
-    async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
+    async def list_threads(self, limit: int | None = 100, pattern: str = "*") -> list[str]:
         stored = await self.inner.list_threads(limit=limit, pattern=_glob_escape(self.prefix) + (pattern or "*"))
         return [self._out(t) for t in stored if self._mine(t)]
 
-    async def list_with_metadata(self, limit: int = 100) -> list[dict[str, Any]]:
-        return self._rows(await self.inner.list_with_metadata(limit=limit * _OVERFETCH), limit)
+    async def list_with_metadata(self, limit: int | None = 100) -> list[dict[str, Any]]:
+        return self._rows(
+            await self.inner.list_with_metadata(limit=None if limit is None else limit * _OVERFETCH), limit
+        )
 
-    async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
-        return self._rows(await self.inner.search(query, limit=limit * _OVERFETCH), limit)
+    async def search(self, query: str, limit: int | None = 10) -> list[dict[str, Any]]:
+        return self._rows(await self.inner.search(query, limit=None if limit is None else limit * _OVERFETCH), limit)
 
-    async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
-        return self._rows(await self.inner.query_by_metadata(key, value, limit=limit * _OVERFETCH), limit)
+    async def query_by_metadata(self, key: str, value: Any, limit: int | None = 100) -> list[dict[str, Any]]:
+        return self._rows(
+            await self.inner.query_by_metadata(key, value, limit=None if limit is None else limit * _OVERFETCH), limit
+        )
 
     async def vacuum(self, older_than_days: float = 30) -> int:
         raise self._unimplemented("vacuum", "vacuum (it would cross principals)")

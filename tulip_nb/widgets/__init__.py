@@ -24,7 +24,12 @@ Example::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from tulip_nb.widgets.panels import ExportPanel, ReplayPlayer, ThreadBrowser, ThreadDiffView
+    from tulip_nb.widgets.stepper import Stepper, TokenBudget
+    from tulip_nb.widgets.tuner import CompactionTuner
 
 _LAZY: dict[str, str] = {
     "CompactionTuner": "tulip_nb.widgets.tuner",
@@ -36,7 +41,15 @@ _LAZY: dict[str, str] = {
     "TokenBudget": "tulip_nb.widgets.stepper",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "CompactionTuner",
+    "ExportPanel",
+    "ReplayPlayer",
+    "Stepper",
+    "ThreadBrowser",
+    "ThreadDiffView",
+    "TokenBudget",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -46,9 +59,11 @@ def __getattr__(name: str) -> Any:
     try:
         mod = importlib.import_module(module)
     except ImportError as e:  # ipywidgets / matplotlib / pandas come with the notebook extra
-        raise ImportError(
-            f"tulip_nb.widgets.{name} needs the notebook extra: pip install 'tulip_nb[notebook]' ({e})"
-        ) from e
+        from tulip_nb._deps import EXTRAS, missing
+
+        if (e.name or "").partition(".")[0] not in EXTRAS:
+            raise  # not an optional package: the real error, unchanged
+        raise missing(e.name or "", feature=f"tulip_nb.widgets.{name}") from e
     return getattr(mod, name)
 
 

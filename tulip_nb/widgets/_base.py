@@ -8,7 +8,7 @@ from typing import Any
 
 import ipywidgets as W
 
-from tulip_nb.lab._common import esc
+from tulip_nb._html import esc
 
 __all__ = ["Debouncer", "Panel", "error_html"]
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import ipywidgets as W
 
+from tulip_nb._html import esc
 from tulip_nb.agent import Agent
-from tulip_nb.lab._common import esc
 from tulip_nb.lab.controllers.panels import BrowserController, DiffController, ExportController, PlayerController
 from tulip_nb.lab.thread import Thread
 from tulip_nb.memory.checkpointer import BaseCheckpointer
@@ -85,9 +85,12 @@ class ThreadBrowser(Panel):
 
 
 class ReplayPlayer(Panel):
-    """A slider over a thread's model calls (or checkpoints): what the model saw next to the full
-    history, dropped / pruned / summarised messages marked; with ``agent``, the thread is replayed
-    up to the slider (no model calls) and where the replay diverged is shown::
+    """A slider over a thread's model calls (or checkpoints): the full history aligned by message
+    with what the model saw — each message in one row, marked shown / stubbed, each run of
+    summarised or dropped messages collapsed into one row (count and tokens), the summary where
+    the model read it; newest first, in a scroll box, so a 1,000-message thread stays one screen.
+    With ``agent``, the thread is replayed up to the slider (no model calls) and where the replay
+    diverged is shown::
 
         ReplayPlayer(thread)                 # recorded views only
         ReplayPlayer(thread, agent=agent)    # also replay with the agent's tools

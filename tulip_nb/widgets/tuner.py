@@ -7,9 +7,9 @@ from typing import Any
 
 import ipywidgets as W
 
+from tulip_nb._html import esc
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._common import esc
 from tulip_nb.lab.controllers.tuner import TunerController
 from tulip_nb.lab.simulate import Probes
 from tulip_nb.lab.thread import Thread
@@ -154,6 +154,8 @@ class CompactionTuner(Panel):
         self.image.value = c.png
         self.table.value = c.table_html()
         self.probes.value = c.probes_html()
+        if self.config.value:  # once shown, the config line follows the sliders (never a stale one)
+            self.copy_config()
 
     def copy_config(self) -> str:
         """Show (and return) the Python line building the chosen manager."""

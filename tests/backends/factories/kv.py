@@ -12,9 +12,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tests.conftest import require_service
-from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-from . import Factory
+from . import Factory, Opener, opener
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -61,44 +60,38 @@ async def drop_mysql_table(table: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def redis_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
+async def redis_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     require_service("redis", "127.0.0.1", 6379)
     from tulip_nb.memory.backends import redis_checkpointer
 
     prefix = unique("tnbtest:") + ":"
-    cp = redis_checkpointer(url=REDIS_URL, prefix=prefix)
     try:
-        yield cp
+        yield opener(lambda: redis_checkpointer(url=REDIS_URL, prefix=prefix))
     finally:
-        await cp.close()
         await drop_redis_prefix(prefix)
 
 
 @contextlib.asynccontextmanager
-async def postgresql_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
+async def postgresql_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     require_service("postgresql", "127.0.0.1", 5432)
     from tulip_nb.memory.backends import postgresql_checkpointer
 
     table = unique("tnb_test_")
-    cp = postgresql_checkpointer(dsn=PG_DSN, table_name=table)
     try:
-        yield cp
+        yield opener(lambda: postgresql_checkpointer(dsn=PG_DSN, table_name=table))
     finally:
-        await cp.close()
         await drop_pg_table(table)
 
 
 @contextlib.asynccontextmanager
-async def mysql_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
+async def mysql_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     require_service("mysql", "127.0.0.1", 3306)
     from tulip_nb.memory.backends import mysql_checkpointer
 
     table = unique("tnb_test_")
-    cp = mysql_checkpointer(dsn=MYSQL_DSN, table_name=table, ssl_disabled=True)
     try:
-        yield cp
+        yield opener(lambda: mysql_checkpointer(dsn=MYSQL_DSN, table_name=table, ssl_disabled=True))
     finally:
-        await cp.close()
         await drop_mysql_table(table)
 
 

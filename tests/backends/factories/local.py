@@ -7,21 +7,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
-from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-from . import Factory
-
-
-@contextlib.asynccontextmanager
-async def memory_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
-    yield MemoryCheckpointer()
+from . import Factory, Opener, opener, shared
 
 
 @contextlib.asynccontextmanager
-async def file_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
-    cp = FileCheckpointer(base_dir=tmp_path / "threads")
-    yield cp
+async def memory_backend(tmp_path: Path) -> AsyncIterator[Opener]:
+    cp = MemoryCheckpointer()
+    yield shared(cp)
     await cp.close()
+
+
+@contextlib.asynccontextmanager
+async def file_backend(tmp_path: Path) -> AsyncIterator[Opener]:
+    yield opener(lambda: FileCheckpointer(base_dir=tmp_path / "threads"))
 
 
 FACTORIES: dict[str, Factory] = {"memory": memory_backend, "file": file_backend}

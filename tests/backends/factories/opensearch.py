@@ -24,10 +24,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tulip_nb.memory.checkpointer import BaseCheckpointer
-
 from ...conftest import REQUIRE_SERVICES
-from . import Factory
+from . import Factory, Opener, opener
 
 __all__ = ["FACTORIES", "drop_index", "new_index", "opensearch_url", "start_emulator", "stop_emulator"]
 
@@ -103,16 +101,14 @@ async def drop_index(url: str, index: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def opensearch_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
+async def opensearch_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     url = opensearch_url()
     from tulip_nb.memory.backends import opensearch_checkpointer
 
     index = new_index()
-    cp = opensearch_checkpointer(hosts=[url], index_name=index)
     try:
-        yield cp
+        yield opener(lambda: opensearch_checkpointer(hosts=[url], index_name=index))
     finally:
-        await cp.close()
         await drop_index(url, index)
 
 

@@ -29,7 +29,7 @@ import pytest
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 from ...conftest import REQUIRE_SERVICES
-from . import Factory
+from . import Factory, Opener, opener
 
 __all__ = ["FACTORIES", "free_port", "moto_endpoint", "serve_app", "skip_without"]
 
@@ -77,15 +77,12 @@ def new_bucket() -> str:
 
 
 @contextlib.asynccontextmanager
-async def s3_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
+async def s3_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     url = moto_endpoint()
     from tulip_nb.memory.backends.s3 import S3Backend
 
-    cp = S3Backend(new_bucket(), endpoint_url=url, **S3_CREDENTIALS)
-    try:
-        yield cp
-    finally:
-        await cp.close()
+    bucket = new_bucket()
+    yield opener(lambda: S3Backend(bucket, endpoint_url=url, **S3_CREDENTIALS))
 
 
 @contextlib.contextmanager
@@ -112,15 +109,20 @@ def serve_app(app: Any) -> Iterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def http_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
+async def http_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     skip_without("uvicorn", "starlette", "httpx", extra="server")
     from tulip_nb.memory.backends import MemoryCheckpointer
     from tulip_nb.memory.backends.http import HTTPCheckpointer
     from tulip_nb.server import checkpoint_app
 
     with serve_app(checkpoint_app(MemoryCheckpointer())) as url:
-        async with HTTPCheckpointer(url) as cp:
-            yield cp
+
+        @contextlib.asynccontextmanager
+        async def open_client() -> AsyncIterator[BaseCheckpointer]:
+            async with HTTPCheckpointer(url) as cp:  # discovers the server's capabilities
+                yield cp
+
+        yield open_client
 
 
 FACTORIES: dict[str, Factory] = {"s3": s3_backend, "http": http_backend}

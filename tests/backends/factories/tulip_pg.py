@@ -7,23 +7,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tests.conftest import require_service
-from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-from . import Factory
+from . import Factory, Opener, opener
 from .kv import PG_DSN, drop_pg_table, unique
 
 
 @contextlib.asynccontextmanager
-async def tulip_pg_backend(tmp_path: Path) -> AsyncIterator[BaseCheckpointer]:
+async def tulip_pg_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     require_service("postgresql", "127.0.0.1", 5432)
     from tulip_nb.memory.backends.tulip_pg import TulipPgCheckpointer
 
     table = unique("tnb_tpg_")
-    cp = TulipPgCheckpointer(PG_DSN, table=table, tenant="acme")
     try:
-        yield cp
+        yield opener(lambda: TulipPgCheckpointer(PG_DSN, table=table, tenant="acme"))
     finally:
-        await cp.close()
         await drop_pg_table(table)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from tulip_nb.core.messages import Message
 from tulip_nb.lab._common import call_text, esc, short
 
-__all__ = ["MARK_COLORS", "message_cell", "note", "png_tag", "table"]
+__all__ = ["MARK_COLORS", "MAX_HEIGHT", "message_cell", "more_note", "note", "png_tag", "scroll_box", "table"]
 
 MARK_COLORS = {
     "kept": "",
@@ -54,3 +54,21 @@ def png_tag(png: bytes, alt: str) -> str:
     """An inline ``<img>`` of PNG bytes (for the text/html fallback of a saved notebook)."""
     data = base64.b64encode(png).decode()
     return f"<img alt='{esc(alt)}' src='data:image/png;base64,{data}'/>"
+
+
+MAX_HEIGHT = 600
+"""Default height bound (px) of a scroll box: a long thread scrolls inside the widget."""
+
+
+def scroll_box(html: str, *, max_height: int = MAX_HEIGHT) -> str:
+    """``html`` in a box that scrolls past ``max_height`` pixels (a long table stays one screen)."""
+    return (
+        f"<div class='tulip-nb-scroll' style='max-height:{int(max_height)}px;overflow:auto;"
+        f"border:1px solid #ddd'>{html}</div>"
+    )
+
+
+def more_note(hidden: int, where: str) -> str:
+    """``… N more rows (where)``; empty when nothing was left out."""
+    rows = "row" if hidden == 1 else "rows"
+    return note(f"… {hidden:,} more {rows} not shown ({where})") if hidden > 0 else ""

@@ -21,16 +21,17 @@ from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.lab._common import esc, run, short
 from tulip_nb.lab._window import Window, over_window, window_for
-from tulip_nb.lab.controllers._html import message_cell, note, png_tag, table
+from tulip_nb.lab.controllers._aligned import AlignedRow, aligned_html, aligned_rows
+from tulip_nb.lab.controllers._html import message_cell, note, png_tag, scroll_box, table
 from tulip_nb.lab.diff import ThreadDiff, diff_threads
 from tulip_nb.lab.export import REPORT_COLUMNS, aexport_threads, open_checkpointer
 from tulip_nb.lab.plots import plot_token_usage, to_png
 from tulip_nb.lab.replay import Replay
 from tulip_nb.lab.thread import Thread, open_thread, threads
-from tulip_nb.memory._events import compaction_events
-from tulip_nb.memory._history import Plan, fingerprint
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor
+from tulip_nb.memory.conversation.events import compaction_events
+from tulip_nb.memory.conversation.plan import Plan, fingerprint
 from tulip_nb.memory.managers import ConversationManager
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from tulip_nb.lab.controllers.stepper import StepperController
 
 __all__ = ["BrowserController", "BudgetController", "DiffController", "ExportController", "PlayerController"]
+
+DIFF_ROWS = 50
+"""Changed messages a diff lists (the rest: ``ThreadDiff.to_frame()``)."""
 
 
 # -- thread browser -----------------------------------------------------------------------------
@@ -107,9 +111,11 @@ def plan_at(state: Any, n: int) -> Plan | None:
 
 
 class PlayerController:
-    """Move through a thread's model calls (or checkpoints): what the model saw next to the full
-    history, each message marked kept / pruned / summarised / dropped; with ``agent``, the thread
-    is replayed up to the position (:class:`~tulip_nb.lab.Replay`) and divergences are shown."""
+    """Move through a thread's model calls (or checkpoints): the full history aligned by message
+    with what the model saw (:meth:`rows`: shown / stubbed / summarised / dropped, long spans
+    collapsed, the summary where it stands), rendered newest first in a bounded scroll box; with
+    ``agent``, the thread is replayed up to the position (:class:`~tulip_nb.lab.Replay`) and
+    divergences are shown."""
 
     def __init__(self, thread: Thread, agent: Agent | None = None) -> None:
         self.thread = thread
@@ -156,6 +162,17 @@ class PlayerController:
                     out[s:e] = [mark] * (e - s)
         return history, out, view
 
+    def rows(self, call: int | None = None) -> list[AlignedRow]:
+        """The history at model call ``call`` (default: the current position) aligned with what
+        the model saw: one row per shown or stubbed message, one per run of summarised or dropped
+        messages, one for the summary (oldest first; see :mod:`._aligned`)."""
+        k = self.position if call is None else call
+        if not self._ends:
+            return []
+        j = self._ends[k]
+        state = self.thread.latest.state
+        return aligned_rows(state.messages[:j], plan_at(state, j), self.thread.counter)
+
     def divergences(self) -> pd.DataFrame | None:
         return self.replay.divergences if self.replay is not None else None
 
@@ -166,34 +183,28 @@ class PlayerController:
             return note("this thread has no model calls yet")
         history, marks, view = self.marks()
         k = self.position
-        left = table(["#", "history"], [(str(i), message_cell(m)) for i, m in enumerate(history)], marks=marks)
-        view_marks = ["summary" if m.metadata.get("tulip_compaction_summary") else "" for m in view]
-        right = table(
-            ["#", "what the model saw"], [(str(i), message_cell(m)) for i, m in enumerate(view)], marks=view_marks
-        )
+        rows = self.rows()
         counts = {x: marks.count(x) for x in ("kept", "pruned", "summarised", "dropped")}
         head = note(
             f"model call {k} of {len(self._ends)}: {len(view)} messages sent of {len(history)} — "
             + ", ".join(f"{v} {x}" for x, v in counts.items() if v)
+            + f" ({len(rows)} rows, newest first)"
         )
         div = ""
         if self.replay is not None:
             frame = self.replay.divergences
             frame = frame[frame["step"] <= k]
             if len(frame):
-                rows = [
+                found = [
                     (str(r.step), str(r.index), esc(r.kind), esc(short(r.expected, 120)), esc(short(r.actual, 120)))
                     for r in frame.itertuples()
                 ]
                 div = note(f"the replay diverged at step {int(frame['step'].iloc[0])}", "warn") + table(
-                    ["step", "message", "kind", "recorded", "replayed"], rows, marks=["dropped"] * len(rows)
+                    ["step", "message", "kind", "recorded", "replayed"], found, marks=["dropped"] * len(found)
                 )
             else:
                 div = note(f"replayed {len(self.replay.steps)} steps: identical to the record so far", "ok")
-        return (
-            f"{head}{div}<div style='display:flex;gap:1em'><div style='flex:1'>{left}</div>"
-            f"<div style='flex:1'>{right}</div></div>"
-        )
+        return head + div + aligned_html(history, view, rows)
 
     def _checkpoint_html(self) -> str:
         history = self.thread.history
@@ -206,7 +217,7 @@ class PlayerController:
             f"checkpoint {self.position + 1} of {len(history)}: {ck.checkpoint_id[:8]} "
             f"({ck.metadata.get('source', '?')}), iteration {ck.state.iteration}, {len(msgs)} messages"
         )
-        return head + table(["#", "message"], rows)
+        return head + scroll_box(table(["#", "message"], rows))
 
 
 # -- token budget -------------------------------------------------------------------------------
@@ -346,7 +357,7 @@ class DiffController:
 
     def html(self) -> str:
         assert self.result is not None
-        return self.result._repr_html_()
+        return scroll_box(self.result._repr_html_(limit=DIFF_ROWS))
 
 
 # -- export -------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import esc
 from tulip_nb.lab._window import Window
-from tulip_nb.lab.controllers._html import note, png_tag, table
+from tulip_nb.lab.controllers._html import more_note, note, png_tag, scroll_box, table
 from tulip_nb.lab.plots import (
     COMPACTION_GID,
     OVER_GID,
@@ -67,6 +67,10 @@ DEFAULTS: dict[str, Any] = {
 
 _COMPACTOR_KEYS = ("context_length", "trigger_fraction", "head_turns", "tail_token_fraction")
 CACHE_SIZE = 64
+TABLE_ROWS = 40
+"""Rows of the kept/dropped table shown (the newest; a long thread compacts many times)."""
+TABLE_HEIGHT = 320
+"""Height bound (px) of the table's scroll box, so plot, sliders and table fit one screen."""
 
 
 class TunerController:
@@ -297,8 +301,10 @@ class TunerController:
         return note(text, "ok")
 
     def table_html(self) -> str:
-        """The kept/dropped table (compaction calls and the final call)."""
-        frame = self.events_frame()
+        """The kept/dropped table (compaction calls and the final call): the newest
+        :data:`TABLE_ROWS` rows, in a scroll box (:meth:`events_frame` has them all)."""
+        full = self.events_frame()
+        frame = full.iloc[-TABLE_ROWS:]
         headers = ["call", "messages", "trigger", "sent", "kept", "pruned", "summarised", "dropped"]
         rows = [
             (
@@ -313,7 +319,8 @@ class TunerController:
             )
             for r in frame.itertuples()
         ]
-        return table(headers, rows)
+        hidden = more_note(len(full) - len(frame), "the earliest compactions; events_frame() has every row")
+        return hidden + scroll_box(table(headers, rows), max_height=TABLE_HEIGHT)
 
     def probes_html(self) -> str:
         if not self.probes:

@@ -9,10 +9,27 @@ OpenSearch, HTTP) are imported lazily, so ``import tulip_nb.memory.backends`` pu
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from tulip_nb.memory.backends.adapters import (
+        StorageBackendAdapter,
+        mysql_checkpointer,
+        opensearch_checkpointer,
+        postgresql_checkpointer,
+        redis_checkpointer,
+    )
+    from tulip_nb.memory.backends.http import HTTPCheckpointer
+    from tulip_nb.memory.backends.mysql import MySQLBackend
+    from tulip_nb.memory.backends.opensearch import OpenSearchBackend
+    from tulip_nb.memory.backends.postgresql import PostgreSQLBackend
+    from tulip_nb.memory.backends.redis import RedisBackend
+    from tulip_nb.memory.backends.s3 import S3Backend, s3_checkpointer
+    from tulip_nb.memory.backends.tulip_pg import TulipPgCheckpointer
+    from tulip_nb.memory.urls import checkpointer_from_url
 
 # name -> module, for backends whose dependencies are optional (added as they land)
 _LAZY: dict[str, str] = {
@@ -32,9 +49,26 @@ _LAZY: dict[str, str] = {
     "checkpointer_from_url": "tulip_nb.memory.urls",
 }
 
-# ``import *`` must work without any extra installed, so the backends whose module needs one stay
-# out of ``__all__`` (``dir()`` and attribute access still list and load them).
-__all__ = ["FileCheckpointer", "MemoryCheckpointer", "checkpointer_from_url"]
+# Every backend module imports its optional dependency inside its functions, so ``import *`` and
+# these names work without any extra installed; using a backend names the extra it needs.
+__all__ = [
+    "FileCheckpointer",
+    "HTTPCheckpointer",
+    "MemoryCheckpointer",
+    "MySQLBackend",
+    "OpenSearchBackend",
+    "PostgreSQLBackend",
+    "RedisBackend",
+    "S3Backend",
+    "StorageBackendAdapter",
+    "TulipPgCheckpointer",
+    "checkpointer_from_url",
+    "mysql_checkpointer",
+    "opensearch_checkpointer",
+    "postgresql_checkpointer",
+    "redis_checkpointer",
+    "s3_checkpointer",
+]
 
 
 def __getattr__(name: str) -> Any:

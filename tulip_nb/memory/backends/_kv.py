@@ -21,17 +21,18 @@ WATCH/MULTI, a SQL transaction holding the index row's lock), so the index, the 
 
 from __future__ import annotations
 
+import fnmatch
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import orjson
 from pydantic import ValidationError
 
-from tulip_nb.core._time import parse_datetime
+from tulip_nb.core import parse_datetime
 from tulip_nb.core.errors import CheckpointCorrupt, InvalidThreadId
 from tulip_nb.core.state import AgentState
 
@@ -45,10 +46,13 @@ __all__ = [
     "decode_record",
     "encode_index",
     "encode_record",
+    "glob_to_like",
     "index_key",
+    "json_contains",
     "latest_key",
     "parse_index",
     "record_key",
+    "remove_checkpoints",
 ]
 
 T = TypeVar("T")
@@ -168,6 +172,51 @@ def set_record_metadata(raw: bytes | str, metadata: dict[str, Any]) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
 
 
+def remove_checkpoints(txn: Txn, thread_id: str, entries: list[IndexEntry], cids: set[str]) -> None:
+    """Queue the removal of ``cids`` from a thread, re-pointing ``:latest`` when the newest goes."""
+    keep = [e for e in entries if e.checkpoint_id not in cids]
+    for cid in cids:
+        txn.delete(record_key(thread_id, cid))
+    if not keep:
+        txn.delete(latest_key(thread_id))
+        txn.delete(index_key(thread_id))
+        return
+    if entries and entries[0].checkpoint_id in cids:
+        txn.copy(record_key(thread_id, keep[0].checkpoint_id), latest_key(thread_id))
+    txn.put(index_key(thread_id), encode_index(keep))
+
+
+def thread_of(key: str) -> str:
+    """The thread part of a layout key (checkpoint ids and suffixes hold no ``:``)."""
+    return key.rpartition(":")[0]
+
+
+def json_contains(doc: Any, probe: Any) -> bool:
+    """PostgreSQL's ``@>`` on parsed JSON: objects by key (recursively), arrays by element."""
+    if isinstance(probe, dict):
+        return isinstance(doc, dict) and all(k in doc and json_contains(doc[k], v) for k, v in probe.items())
+    if isinstance(probe, list):
+        return isinstance(doc, list) and all(any(json_contains(d, p) for d in doc) for p in probe)
+    if isinstance(probe, bool) or isinstance(doc, bool):
+        return type(probe) is type(doc) and probe == doc
+    return bool(doc == probe)
+
+
+def glob_to_like(pattern: str) -> str:
+    """A glob (``*``, ``?``) as a SQL ``LIKE`` pattern with ``\\`` as escape (``[...]`` is literal)."""
+    out = []
+    for c in pattern:
+        if c == "*":
+            out.append("%")
+        elif c == "?":
+            out.append("_")
+        elif c in "%_\\":
+            out.append("\\" + c)
+        else:
+            out.append(c)
+    return "".join(out)
+
+
 class Txn(ABC):
     """One atomic read-modify-write of one thread's keys, handed to a transaction body.
 
@@ -206,6 +255,8 @@ class KVStore(ABC):
     """
 
     backend_name: str = "KVStore"
+    can_list_keys: bool = True
+    """Whether :meth:`keys` can enumerate the store (every in-tree store can)."""
     supports_search: bool = False
     supports_metadata_query: bool = False
     ttl_seconds: int | None = None
@@ -236,6 +287,14 @@ class KVStore(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Release connections."""
+
+    async def keys(self, pattern: str = "*") -> list[str]:
+        """Every stored logical key matching the glob ``pattern`` (any order)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot enumerate its keys")
+
+    async def stale_keys(self, cutoff: datetime) -> list[str]:
+        """Keys not written since ``cutoff`` (stores that keep no write time return ``[]``)."""
+        return []
 
     # -- optional server-side queries ---------------------------------------------------------
     async def search_latest(self, query: str, limit: int) -> list[tuple[str, float]]:
@@ -291,6 +350,71 @@ class KVStore(ABC):
 
     async def exists(self, thread_id: str) -> bool:
         return await self.get(thread_id) is not None
+
+    async def list_threads(self, pattern: str = "*", limit: int = 100, offset: int = 0) -> list[str]:
+        """Stored keys (rows), sorted, matching the glob ``pattern`` (``"%"`` also means all).
+
+        These are raw keys, as in tulip: through a ``*_checkpointer()`` factory a thread has the
+        keys ``<tid>:<cid>``, ``<tid>:latest`` and ``<tid>:_checkpoints``; the adapter's
+        ``list_threads`` returns the thread ids.
+        """
+        pattern = "*" if pattern in ("%", "") else pattern
+        found = sorted(k for k in await self.keys(pattern) if fnmatch.fnmatchcase(k, pattern))
+        return found[max(offset, 0) :][: max(limit, 0)]
+
+    async def vacuum(self, older_than_days: float = 30) -> int:
+        """Delete what is older than ``older_than_days``; returns how many checkpoints and rows went.
+
+        Threads in tulip's layout lose their checkpoints older than the cutoff, with the index and
+        ``:latest`` kept consistent (a thread with none left disappears); other rows go when they
+        were last written before the cutoff (stores that keep write times: the SQL tables and
+        OpenSearch; Redis expires keys with TTLs instead).
+        """
+        cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
+        removed = 0
+        indexes = await self.index_keys()
+        for ikey in indexes:
+            tid = ikey[: -len(INDEX_SUFFIX)]
+
+            async def body(txn: Txn, tid: str = tid, ikey: str = ikey) -> int:
+                entries = parse_index(await txn.get(ikey), where=f"{self.backend_name}:{ikey}")
+                old = {e.checkpoint_id for e in entries if e.created_at < cutoff}
+                if old:
+                    remove_checkpoints(txn, tid, entries, old)
+                return len(old)
+
+            removed += await self.transact(ikey, body)
+        live = set(await self.index_keys())
+        loose = [
+            k
+            for k in await self.stale_keys(cutoff)
+            if not k.endswith(INDEX_SUFFIX) and thread_of(k) + INDEX_SUFFIX not in live
+        ]
+        for k in loose:
+            removed += await self.delete(k)
+        return removed
+
+    async def search_data(self, path: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
+        """Rows whose JSON data has ``path == value`` (a top-level key; containment, as ``@>``).
+
+        Each hit is ``{"thread_id": <key>, "data": <object>, "updated_at": <ISO or None>}``, newest
+        first where the store keeps write times. This base version reads every key; the SQL
+        backends match in the database (JSONB ``@>``, ``JSON_CONTAINS``).
+        """
+        probe = {path: value}
+        keys = sorted(await self.keys("*"))
+        hits: list[dict[str, Any]] = []
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            for key, raw in zip(chunk, await self.get_many(chunk), strict=True):
+                if raw is None:
+                    continue
+                data = orjson.loads(raw)
+                if json_contains(data, probe):
+                    stamp = data.get("_checkpoint_timestamp") if isinstance(data, dict) else None
+                    hits.append({"thread_id": key, "data": data, "updated_at": stamp})
+        hits.sort(key=lambda h: h["updated_at"] or "", reverse=True)
+        return hits[: max(limit, 0)]
 
     async def __aenter__(self) -> KVStore:
         return self

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core._time import iso_offset
+from tulip_nb.core import iso_offset
 from tulip_nb.core.errors import CheckpointCorrupt, UserError
 from tulip_nb.memory._envelope import decode_envelope, info_from_head, read_head
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo

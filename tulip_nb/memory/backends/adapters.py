@@ -1,15 +1,36 @@
 """StorageBackendAdapter: a checkpointer over a dict-shaped storage backend, in tulip's key layout.
 
-Storage backends (:class:`RedisBackend`, :class:`PostgreSQLBackend`, :class:`MySQLBackend`)
-store one JSON value per key with ``save(thread_id, data)``; they are not checkpointers.
-The adapter turns the agent's ``save(state, thread_id)`` into tulip's three keys per
-thread (see :mod:`tulip_nb.memory.backends._kv`), so a tulip agent and tulip_nb read each other's
-threads on the same server. Build one with a factory::
+Storage backends (:class:`RedisBackend`, :class:`PostgreSQLBackend`, :class:`MySQLBackend`,
+:class:`OpenSearchBackend`) store one JSON value per key with ``save(thread_id, data)``; they are
+not checkpointers. The adapter turns the agent's ``save(state, thread_id)`` into tulip's three keys
+per thread (see :mod:`tulip_nb.memory.backends._kv`), so a tulip agent and tulip_nb read each
+other's threads on the same server. Build one with a factory::
 
     from tulip_nb.memory.backends import redis_checkpointer
     cp = redis_checkpointer(url="redis://localhost:6379/0", ttl_seconds=86_400)
     cid = await cp.save(state, "ticket-42")
     state = await cp.load("ticket-42")
+
+It wraps *any* object with async ``save(thread_id, data)`` / ``load(thread_id)`` /
+``delete(thread_id)`` / ``exists(thread_id)`` too (your own key-value class, a tulip storage
+backend), in the same layout::
+
+    class DictKV:
+        def __init__(self): self.rows = {}
+        async def save(self, thread_id, data): self.rows[thread_id] = data
+        async def load(self, thread_id): return self.rows.get(thread_id)
+        async def delete(self, thread_id): return self.rows.pop(thread_id, None) is not None
+        async def exists(self, thread_id): return thread_id in self.rows
+        async def list_threads(self): return list(self.rows)    # optional: enumeration
+
+    agent = Agent(..., checkpointer=StorageBackendAdapter(DictKV()))
+
+Such a backend has no transactions, so the adapter serialises each thread's read-modify-write in
+this process (a lock per thread and event loop): saves never drop index entries and
+``expected_parent=`` is a compare-and-swap among this process's writers, not across processes.
+``list_threads`` / ``list_with_metadata`` / ``vacuum`` are offered when the backend has a
+``list_threads()`` (raw keys) to enumerate with; ``search`` and metadata queries are not. tulip_nb's
+own backends run each save as one server-side transaction instead.
 
 Unlike tulip's adapter:
 
@@ -26,14 +47,19 @@ Unlike tulip's adapter:
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import weakref
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound
 from tulip_nb.core.state import AgentState, state_json_bytes
 from tulip_nb.memory._envelope import info_row, matches_pattern, metadata_matches, search_hit, search_state
+from tulip_nb.memory._pools import PerLoop
 from tulip_nb.memory.backends._kv import (
     INDEX_SUFFIX,
     IndexEntry,
@@ -47,6 +73,7 @@ from tulip_nb.memory.backends._kv import (
     latest_key,
     parse_index,
     record_key,
+    remove_checkpoints,
     set_record_metadata,
 )
 from tulip_nb.memory.checkpointer import (
@@ -71,49 +98,153 @@ __all__ = [
     "redis_checkpointer",
 ]
 
+_NO_LIMIT = 2**31 - 1
+"""What ``limit=None`` (no limit) becomes where a store needs a number (SQL ``LIMIT``)."""
+
+
+T = TypeVar("T")
+_DICT_API = ("save", "load", "delete", "exists")
+
 
 def _dumps(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
 
 
-class StorageBackendAdapter(BaseCheckpointer):
-    """A :class:`BaseCheckpointer` over a storage backend (see the module docstring)."""
+async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a backend method that is async (or, leniently, plain)."""
+    result = fn(*args, **kwargs)
+    return await result if inspect.isawaitable(result) else result
 
-    def __init__(self, backend: KVStore) -> None:
-        if not isinstance(backend, KVStore):
-            raise TypeError(
-                "StorageBackendAdapter wraps a tulip_nb storage backend (RedisBackend, "
-                f"PostgreSQLBackend, MySQLBackend), got {type(backend).__name__}"
-            )
+
+class _ForeignTxn(Txn):
+    def __init__(self, kv: _ForeignKV) -> None:
+        super().__init__()
+        self._kv = kv
+
+    async def get(self, key: str) -> bytes | None:
+        return await self._kv.get(key)
+
+
+class _ForeignKV(KVStore):
+    """:class:`KVStore` over an object with the dict-shaped ``save/load/delete/exists``.
+
+    Transactions are per-key locks in this process (one set per event loop); writes are applied in
+    order after the body, as the in-tree stores do at commit.
+    """
+
+    def __init__(self, backend: Any) -> None:
         self.backend = backend
+        self.backend_name = type(backend).__name__
+        lister = getattr(backend, "list_threads", None)
+        self._lister = lister if callable(lister) else None
+        self.can_list_keys = self._lister is not None
+        self.ttl_seconds = None
+        self._locks: PerLoop[weakref.WeakValueDictionary[str, asyncio.Lock]] = PerLoop()
+
+    def __repr__(self) -> str:
+        return repr(self.backend)
+
+    async def get(self, key: str) -> bytes | None:
+        data = await _call(self.backend.load, key)
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise TypeError(f"{self.backend_name}.load({key!r}) returned {type(data).__name__}, not a dict")
+        return _dumps(data)
+
+    async def transact(self, lock_key: str, body: Callable[[Txn], Awaitable[T]]) -> T:
+        locks = self._locks.get_sync(weakref.WeakValueDictionary)
+        lock = locks.get(lock_key)
+        if lock is None:
+            lock = locks[lock_key] = asyncio.Lock()
+        async with lock:
+            txn = _ForeignTxn(self)
+            result = await body(txn)
+            for op, key, value, _meta in txn.ops:
+                if op == "put":
+                    await _call(self.backend.save, key, orjson.loads(value))
+                elif op == "copy":
+                    data = await _call(self.backend.load, key)
+                    if data is not None:  # a fresh copy: a dict-backed store may keep the object
+                        await _call(self.backend.save, value, orjson.loads(_dumps(data)))
+                else:
+                    await _call(self.backend.delete, key)
+            return result
+
+    async def keys(self, pattern: str = "*") -> list[str]:
+        if self._lister is None:
+            raise NotImplementedError(f"{self.backend_name} has no list_threads() to enumerate keys with")
+        try:
+            takes_limit = "limit" in inspect.signature(self._lister).parameters
+        except (TypeError, ValueError):
+            takes_limit = False
+        found = await _call(self._lister, **({"limit": 2**31 - 1} if takes_limit else {}))
+        return [str(k) for k in found]
+
+    async def index_keys(self) -> list[str]:
+        return [k for k in await self.keys() if k.endswith(INDEX_SUFFIX)]
+
+    async def close(self) -> None:
+        close = getattr(self.backend, "close", None)
+        if callable(close):
+            await _call(close)
+
+
+class StorageBackendAdapter(BaseCheckpointer):
+    """A :class:`BaseCheckpointer` over a storage backend (see the module docstring).
+
+    ``backend`` is one of tulip_nb's storage backends (their server-side transactions are used),
+    or any object with async ``save(thread_id, data)`` / ``load(thread_id)`` /
+    ``delete(thread_id)`` / ``exists(thread_id)`` (and optionally ``list_threads()``).
+    """
+
+    def __init__(self, backend: Any) -> None:
+        if isinstance(backend, BaseCheckpointer):
+            raise TypeError(
+                f"{type(backend).__name__} is already a checkpointer: pass it to the agent directly, "
+                "StorageBackendAdapter wraps storage backends with save(thread_id, data)"
+            )
+        if isinstance(backend, KVStore):
+            kv: KVStore = backend
+        else:
+            missing = [m for m in _DICT_API if not callable(getattr(backend, m, None))]
+            if missing:
+                raise TypeError(
+                    "StorageBackendAdapter wraps a storage backend with async save(thread_id, data), "
+                    f"load(thread_id), delete(thread_id) and exists(thread_id); {type(backend).__name__} "
+                    f"lacks {', '.join(missing)}"
+                )
+            kv = _ForeignKV(backend)
+        self.backend = backend
+        self._kv = kv
 
     def __repr__(self) -> str:
         return f"StorageBackendAdapter({self.backend!r})"
 
     @property
     def capabilities(self) -> Capabilities:
-        b = self.backend
+        b = self._kv
         return Capabilities(
             search=b.supports_search,
             metadata_query=b.supports_metadata_query,
-            vacuum=True,
+            vacuum=b.can_list_keys,
             branching=True,
             ttl=b.ttl_seconds is not None,
-            list_threads=True,
-            list_with_metadata=True,
+            list_threads=b.can_list_keys,
+            list_with_metadata=b.can_list_keys,
             persistent_checkpoint_ids=True,
         )
 
     async def close(self) -> None:
-        await self.backend.close()
+        await self._kv.close()
 
     # -- helpers ------------------------------------------------------------------------------
     async def _index(self, thread_id: str) -> list[IndexEntry]:
         key = index_key(thread_id)
-        return parse_index(await self.backend.get(key), where=self._where(key))
+        return parse_index(await self._kv.get(key), where=self._where(key))
 
     def _where(self, key: str) -> str:
-        return f"{self.backend.backend_name}:{key}"
+        return f"{self._kv.backend_name}:{key}"
 
     def _decode(self, raw: bytes | str, key: str, thread_id: str, entry: IndexEntry | None) -> Checkpoint:
         state, env = decode_record(raw, where=self._where(key), thread_id=thread_id)
@@ -168,7 +299,7 @@ class StorageBackendAdapter(BaseCheckpointer):
             txn.put(ikey, encode_index([IndexEntry(cid, now, meta), *rest]))
             return cid
 
-        return await self.backend.transact(ikey, body)
+        return await self._kv.transact(ikey, body)
 
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Write a checkpoint verbatim, record, index and ``:latest`` in one transaction."""
@@ -189,13 +320,13 @@ class StorageBackendAdapter(BaseCheckpointer):
                 txn.copy(record_key(thread_id, entries[0].checkpoint_id), latest_key(thread_id))
             txn.put(ikey, encode_index(entries))
 
-        await self.backend.transact(ikey, body)
+        await self._kv.transact(ikey, body)
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         validate_thread_id(thread_id)
         if checkpoint_id is None:
             key = latest_key(thread_id)
-            raw = await self.backend.get(key)
+            raw = await self._kv.get(key)
             if raw is None:
                 # no :latest (never saved, or removed by hand): fall back to the index's newest
                 entries = await self._index(thread_id)
@@ -206,7 +337,7 @@ class StorageBackendAdapter(BaseCheckpointer):
                 return self._decode(raw, key, thread_id, None)
         check_checkpoint_id(checkpoint_id, thread_id)
         key = record_key(thread_id, checkpoint_id)
-        raw = await self.backend.get(key)
+        raw = await self._kv.get(key)
         if raw is None:
             raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
         return self._decode(raw, key, thread_id, None)
@@ -215,14 +346,14 @@ class StorageBackendAdapter(BaseCheckpointer):
         ckpt = await self.load_checkpoint(thread_id, checkpoint_id)
         return ckpt.state if ckpt else None
 
-    async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
+    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         validate_thread_id(thread_id)
         return [
             CheckpointInfo(e.checkpoint_id, thread_id, e.created_at, dict(e.metadata))
             for e in (await self._index(thread_id))[:limit]
         ]
 
-    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+    async def list_checkpoints(self, thread_id: str, limit: int | None = 10) -> list[str]:
         return [i.checkpoint_id for i in await self.list_checkpoint_infos(thread_id, limit)]
 
     async def latest_checkpoint_id(self, thread_id: str) -> str | None:
@@ -251,36 +382,23 @@ class StorageBackendAdapter(BaseCheckpointer):
             gone = [e for e in entries if e.checkpoint_id == checkpoint_id]
             if not gone:
                 return False
-            self._remove(txn, thread_id, entries, {checkpoint_id})
+            remove_checkpoints(txn, thread_id, entries, {checkpoint_id})
             return True
 
-        return await self.backend.transact(ikey, body)
-
-    @staticmethod
-    def _remove(txn: Txn, thread_id: str, entries: list[IndexEntry], cids: set[str]) -> None:
-        """Queue the removal of ``cids``, re-pointing ``:latest`` when the newest goes."""
-        keep = [e for e in entries if e.checkpoint_id not in cids]
-        for cid in cids:
-            txn.delete(record_key(thread_id, cid))
-        if not keep:
-            txn.delete(latest_key(thread_id))
-            txn.delete(index_key(thread_id))
-            return
-        if entries and entries[0].checkpoint_id in cids:
-            txn.copy(record_key(thread_id, keep[0].checkpoint_id), latest_key(thread_id))
-        txn.put(index_key(thread_id), encode_index(keep))
+        return await self._kv.transact(ikey, body)
 
     # -- capabilities -------------------------------------------------------------------------
     async def _thread_ids(self) -> list[str]:
         prefix_len = len(INDEX_SUFFIX)
-        return sorted(k[:-prefix_len] for k in await self.backend.index_keys())
+        return sorted(k[:-prefix_len] for k in await self._kv.index_keys())
 
-    async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
+    async def list_threads(self, limit: int | None = 100, pattern: str = "*") -> list[str]:
+        self._require("list_threads", "list_threads")
         return [t for t in await self._thread_ids() if matches_pattern(t, pattern)][:limit]
 
     async def _latest_infos(self) -> list[CheckpointInfo]:
         tids = await self._thread_ids()
-        raws = await self.backend.get_many([index_key(t) for t in tids])
+        raws = await self._kv.get_many([index_key(t) for t in tids])
         out = []
         for tid, raw in zip(tids, raws, strict=True):
             entries = parse_index(raw, where=self._where(index_key(tid)))
@@ -289,7 +407,8 @@ class StorageBackendAdapter(BaseCheckpointer):
                 out.append(CheckpointInfo(e.checkpoint_id, tid, e.created_at, dict(e.metadata)))
         return out
 
-    async def list_with_metadata(self, limit: int = 100) -> list[dict[str, Any]]:
+    async def list_with_metadata(self, limit: int | None = 100) -> list[dict[str, Any]]:
+        self._require("list_with_metadata", "list_with_metadata")
         infos = sorted(await self._latest_infos(), key=lambda i: i.created_at, reverse=True)
         return [info_row(i) for i in infos[:limit]]
 
@@ -301,9 +420,9 @@ class StorageBackendAdapter(BaseCheckpointer):
                 return dict(e.metadata)
         return None
 
-    async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
+    async def query_by_metadata(self, key: str, value: Any, limit: int | None = 100) -> list[dict[str, Any]]:
         self._require("metadata_query", "query_by_metadata")
-        keys = await self.backend.metadata_candidates(key, value, limit=max(limit * 4, 100))
+        keys = await self._kv.metadata_candidates(key, value, limit=_NO_LIMIT if limit is None else max(limit * 4, 100))
         rows: list[CheckpointInfo] = []
         for rkey in keys:
             tid, _, cid = rkey.rpartition(":")
@@ -313,12 +432,12 @@ class StorageBackendAdapter(BaseCheckpointer):
         rows.sort(key=lambda i: i.created_at, reverse=True)
         return [info_row(i) for i in rows[:limit]]
 
-    async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
+    async def search(self, query: str, limit: int | None = 10) -> list[dict[str, Any]]:
         self._require("search", "search")
         hits = []
-        for lkey, score in await self.backend.search_latest(query, limit):
+        for lkey, score in await self._kv.search_latest(query, _NO_LIMIT if limit is None else limit):
             tid = lkey[: -len(":latest")]
-            raw = await self.backend.get(lkey)
+            raw = await self._kv.get(lkey)
             if raw is None:
                 continue
             ckpt = self._decode(raw, lkey, tid, None)
@@ -328,6 +447,7 @@ class StorageBackendAdapter(BaseCheckpointer):
         return hits[:limit]
 
     async def vacuum(self, older_than_days: float = 30) -> int:
+        self._require("vacuum", "vacuum")
         cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
         removed = 0
         for tid in await self._thread_ids():
@@ -337,10 +457,10 @@ class StorageBackendAdapter(BaseCheckpointer):
                 entries = parse_index(await txn.get(ikey), where=self._where(ikey))
                 old = {e.checkpoint_id for e in entries if e.created_at < cutoff}
                 if old:
-                    self._remove(txn, tid, entries, old)
+                    remove_checkpoints(txn, tid, entries, old)
                 return len(old)
 
-            removed += await self.backend.transact(ikey, body)
+            removed += await self._kv.transact(ikey, body)
         return removed
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
@@ -349,7 +469,7 @@ class StorageBackendAdapter(BaseCheckpointer):
         entries = await self._index(source_thread_id)
         if not entries:
             raise CheckpointNotFound("source thread has no checkpoints", thread_id=source_thread_id)
-        raws = await self.backend.get_many([record_key(source_thread_id, e.checkpoint_id) for e in entries])
+        raws = await self._kv.get_many([record_key(source_thread_id, e.checkpoint_id) for e in entries])
         copied: list[tuple[IndexEntry, bytes]] = []
         for e, raw in zip(entries, raws, strict=True):
             if raw is None:
@@ -371,7 +491,7 @@ class StorageBackendAdapter(BaseCheckpointer):
             txn.put(ikey, encode_index([e for e, _ in copied]))
             return True
 
-        return await self.backend.transact(ikey, body)
+        return await self._kv.transact(ikey, body)
 
 
 # -- factories ---------------------------------------------------------------------------------

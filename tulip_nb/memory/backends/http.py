@@ -1,7 +1,7 @@
 """HTTPCheckpointer: a checkpointer that lives behind an HTTP service (tulip's wire protocol).
 
 The service stores; this class speaks. Any server of tulip's checkpoint protocol works (see
-:mod:`tulip_nb.server.checkpoint_app` for the routes), including tulip_nb's own
+:mod:`tulip_nb.server.checkpoints` for the routes), including tulip_nb's own
 ``checkpoint_app(checkpointer)``, which also serves the *tulip_nb extensions*: compare-and-swap
 (``If-Match``), one-request loads of the latest checkpoint, and the optional operations
 (``list_threads``, ``copy_thread``, ``search``...) of whatever checkpointer it wraps.
@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 import orjson
 
-from tulip_nb.core._time import parse_datetime, utcnow
+from tulip_nb.core import parse_datetime, utcnow
 from tulip_nb.core.errors import (
     BackendUnavailable,
     CapabilityNotSupported,
@@ -40,8 +40,8 @@ from tulip_nb.core.errors import (
 )
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory._envelope import decode_envelope, encode_envelope
+from tulip_nb.memory.backends._base import InTreeCheckpointer
 from tulip_nb.memory.checkpointer import (
-    BaseCheckpointer,
     Capabilities,
     Checkpoint,
     CheckpointInfo,
@@ -72,7 +72,7 @@ def _import_httpx() -> Any:
     return httpx
 
 
-class HTTPCheckpointer(BaseCheckpointer):
+class HTTPCheckpointer(InTreeCheckpointer):
     """Checkpoints stored by a remote service, over HTTP (see the module docstring).
 
     Args:
@@ -295,13 +295,10 @@ class HTTPCheckpointer(BaseCheckpointer):
             raise self._fail(resp, "load a checkpoint", thread_id, checkpoint_id)
         return self._parse(resp.content, thread_id, checkpoint_id, f"{self.base_url}{path}")
 
-    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
-        ckpt = await self.load_checkpoint(thread_id, checkpoint_id)
-        return ckpt.state if ckpt else None
-
-    async def _list(self, thread_id: str, limit: int) -> list[Any]:
+    async def _list(self, thread_id: str, limit: int | None) -> list[Any]:
         path = self._t(thread_id) + "/checkpoints"
-        resp = await self._request("GET", path, action="list checkpoints", params={"limit": limit})
+        params = {} if limit is None else {"limit": limit}
+        resp = await self._request("GET", path, action="list checkpoints", params=params)
         if resp.status_code != 200:
             raise self._fail(resp, "list checkpoints", thread_id)
         try:
@@ -312,12 +309,13 @@ class HTTPCheckpointer(BaseCheckpointer):
             data = data.get("checkpoints", data.get("data", []))
         if not isinstance(data, list):
             raise BackendUnavailable("HTTPCheckpointer got a listing that is not a list", path=path)
-        return data[:limit]
+        return data if limit is None else data[:limit]
 
-    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+    async def list_checkpoints(self, thread_id: str, limit: int | None = 10) -> list[str]:
+        """Ids straight from the listing (a plain server may list nothing more than ids)."""
         return [e if isinstance(e, str) else str(e["checkpoint_id"]) for e in await self._list(thread_id, limit)]
 
-    async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
+    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         entries = await self._list(thread_id, limit)
         if all(isinstance(e, dict) and "created_at" in e for e in entries):
             return [
@@ -326,7 +324,22 @@ class HTTPCheckpointer(BaseCheckpointer):
                 )
                 for e in entries
             ]
-        return await super().list_checkpoint_infos(thread_id, limit)
+        out = []  # a plain server listed ids only: read each checkpoint's envelope
+        for entry in entries:
+            ckpt = await self.load_checkpoint(
+                thread_id, entry if isinstance(entry, str) else str(entry["checkpoint_id"])
+            )
+            if ckpt is not None:
+                out.append(ckpt.info)
+        return out
+
+    async def _checkpoint_info(self, thread_id: str, checkpoint_id: str | None) -> CheckpointInfo | None:
+        """One checkpoint's info from one request (no listing of the whole thread)."""
+        try:
+            ckpt = await self.load_checkpoint(thread_id, checkpoint_id)
+        except CheckpointNotFound:
+            return None
+        return ckpt.info if ckpt else None
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
         path = self._t(thread_id) + "/checkpoints"
@@ -366,6 +379,8 @@ class HTTPCheckpointer(BaseCheckpointer):
 
     # -- capability-gated operations (tulip_nb extensions) ------------------------------------
     async def _get_json(self, path: str, action: str, thread_id: str | None = None, **params: Any) -> Any:
+        """GET ``path`` as JSON; a ``None`` parameter is left out (``limit=None``: no limit)."""
+        params = {k: v for k, v in params.items() if v is not None}
         resp = await self._request("GET", path, action=action, params=params)
         if resp.status_code != 200:
             raise self._fail(resp, action, thread_id)
@@ -379,12 +394,12 @@ class HTTPCheckpointer(BaseCheckpointer):
             raise self._fail(resp, action, thread_id)
         return orjson.loads(resp.content)
 
-    async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
+    async def list_threads(self, limit: int | None = 100, pattern: str = "*") -> list[str]:
         await self._gate("list_threads", "list_threads")
         data = await self._get_json("/threads", "list threads", limit=limit, pattern=pattern)
         return [str(t) for t in data["threads"]]
 
-    async def list_with_metadata(self, limit: int = 100) -> list[dict[str, Any]]:
+    async def list_with_metadata(self, limit: int | None = 100) -> list[dict[str, Any]]:
         await self._gate("list_with_metadata", "list_with_metadata")
         return list((await self._get_json("/threads-with-metadata", "list threads", limit=limit))["threads"])
 
@@ -395,14 +410,14 @@ class HTTPCheckpointer(BaseCheckpointer):
         meta = data.get("metadata")
         return dict(meta) if isinstance(meta, dict) else None
 
-    async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
+    async def query_by_metadata(self, key: str, value: Any, limit: int | None = 100) -> list[dict[str, Any]]:
         await self._gate("metadata_query", "query_by_metadata")
         data = await self._get_json(
             "/metadata-query", "query metadata", key=key, value=orjson.dumps(value).decode(), limit=limit
         )
         return list(data["checkpoints"])
 
-    async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
+    async def search(self, query: str, limit: int | None = 10) -> list[dict[str, Any]]:
         await self._gate("search", "search")
         return list((await self._get_json("/search", "search", q=query, limit=limit))["hits"])
 

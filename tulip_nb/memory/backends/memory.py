@@ -16,22 +16,12 @@ from typing import Any
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.memory._envelope import (
-    info_row,
-    matches_pattern,
-    metadata_matches,
-    search_hit,
-    search_state,
-)
+from tulip_nb.memory.backends._base import InTreeCheckpointer, prepare_save_after
 from tulip_nb.memory.checkpointer import (
-    BaseCheckpointer,
     Capabilities,
     Checkpoint,
     CheckpointInfo,
-    check_expected_parent,
     new_checkpoint_id,
-    next_created_at,
-    save_metadata,
     validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
@@ -62,7 +52,7 @@ class _Record:
         return Checkpoint(info.checkpoint_id, info.thread_id, info.created_at, state, dict(info.metadata))
 
 
-class MemoryCheckpointer(BaseCheckpointer):
+class MemoryCheckpointer(InTreeCheckpointer):
     """Keeps every checkpoint of every thread in this process's memory.
 
     >>> import asyncio
@@ -119,18 +109,8 @@ class MemoryCheckpointer(BaseCheckpointer):
         validate_thread_id(thread_id)
         cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
         with self._lock:
-            latest = self._latest(thread_id)
-            latest_id = latest.checkpoint_id if latest else None
-            check_expected_parent(expected_parent, latest_id, thread_id)
-            now = next_created_at(latest.created_at if latest is not None else None)
-            meta = save_metadata(
-                metadata,
-                latest_id,
-                state=state,
-                parent_metadata=latest.metadata if latest else None,
-                thread_id=thread_id,
-            )
-            record = _Record.of(CheckpointInfo(cid, thread_id, now, meta), state)
+            plan = prepare_save_after(self._latest(thread_id), thread_id, state, metadata, expected_parent)
+            record = _Record.of(CheckpointInfo(cid, thread_id, plan.created_at, plan.metadata), state)
             records = self._threads.setdefault(thread_id, {})
             records.pop(cid, None)
             records[cid] = record
@@ -156,19 +136,11 @@ class MemoryCheckpointer(BaseCheckpointer):
             record = self._record(thread_id, checkpoint_id)
         return record.checkpoint()
 
-    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
-        ckpt = await self.load_checkpoint(thread_id, checkpoint_id)
-        return ckpt.state if ckpt else None
-
-    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         validate_thread_id(thread_id)
         with self._lock:
-            return [i.checkpoint_id for i in self._ordered(thread_id)[:limit]]
-
-    async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
-        validate_thread_id(thread_id)
-        with self._lock:
-            return self._ordered(thread_id)[:limit]
+            infos = self._ordered(thread_id)
+        return infos if limit is None else infos[:limit]
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
         validate_thread_id(thread_id)
@@ -181,32 +153,14 @@ class MemoryCheckpointer(BaseCheckpointer):
                 self._threads.pop(thread_id, None)
             return found
 
-    async def exists(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        validate_thread_id(thread_id)
+    # -- capabilities (the scans are derived in InTreeCheckpointer) ---------------------------
+    async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
         with self._lock:
-            records = self._threads.get(thread_id, {})
-            return bool(records) if checkpoint_id is None else checkpoint_id in records
+            return {t: self._ordered(t) for t in self._threads}
 
-    # -- capabilities -------------------------------------------------------------------------
-    async def get_metadata(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any] | None:
-        validate_thread_id(thread_id)
+    async def _thread_ids(self) -> list[str]:
         with self._lock:
-            if checkpoint_id is None:
-                latest = self._latest(thread_id)
-                return dict(latest.metadata) if latest else None
-            rec = self._threads.get(thread_id, {}).get(checkpoint_id)
-            return dict(rec.info.metadata) if rec else None
-
-    async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
-        with self._lock:
-            ids = sorted(t for t in self._threads if matches_pattern(t, pattern))
-        return ids[:limit]
-
-    async def list_with_metadata(self, limit: int = 100) -> list[dict[str, Any]]:
-        with self._lock:
-            latest = [self._latest(t) for t in self._threads]
-        rows = sorted((i for i in latest if i), key=lambda i: i.created_at, reverse=True)
-        return [info_row(i) for i in rows[:limit]]
+            return list(self._threads)
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         validate_thread_id(source_thread_id)
@@ -242,34 +196,6 @@ class MemoryCheckpointer(BaseCheckpointer):
                 if not records:
                     del self._threads[tid]
         return removed
-
-    async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
-        hits = []
-        for tid in await self.list_threads(limit=10**9):
-            ckpt = await self.load_checkpoint(tid)
-            if ckpt is None:
-                continue
-            score, idx, snippet = search_state(ckpt.state, query)
-            if score:
-                hits.append(search_hit(ckpt, score, idx, snippet))
-        hits.sort(key=lambda h: (-h["score"], h["thread_id"]))
-        return hits[:limit]
-
-    async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
-        with self._lock:
-            infos = [info for recs in self._threads.values() for info in (r.info for r in recs.values())]
-        infos.sort(key=lambda i: i.created_at, reverse=True)
-        out = []
-        for info in infos:
-            state = None
-            if key not in info.metadata:
-                ckpt = await self.load_checkpoint(info.thread_id, info.checkpoint_id)
-                state = ckpt.state if ckpt else None
-            if metadata_matches(info.metadata, state, key, value):
-                out.append(info_row(info))
-                if len(out) >= limit:
-                    break
-        return out
 
     def __repr__(self) -> str:
         return f"MemoryCheckpointer(threads={len(self._threads)})"

@@ -16,6 +16,10 @@ bytes (``utf8mb4_bin``; tulip's ``utf8mb4_unicode_ci`` makes ``"Case"`` and ``"c
 ``"é"`` and ``"e"`` — the same thread). On a table tulip created, keys longer than its column
 raise :class:`~tulip_nb.core.errors.InvalidThreadId`.
 
+Over those rows, ``list_threads(pattern)`` lists keys (glob, as ``LIKE``), ``vacuum(older_than_days)``
+removes old checkpoints (index and ``:latest`` kept consistent) and rows not written since, and
+``search_data(path, value)`` matches the ``data`` column with ``JSON_CONTAINS``.
+
 A save is one transaction (READ COMMITTED) that holds the row lock of the thread's index row,
 writes the record, copies it into ``:latest`` with ``INSERT … SELECT`` and rewrites the index.
 
@@ -37,8 +41,8 @@ from urllib.parse import parse_qsl, unquote, urlparse
 import orjson
 
 from tulip_nb.core.errors import BackendUnavailable, InvalidThreadId, TulipNBError
-from tulip_nb.memory.backends._kv import EMPTY_INDEX, INDEX_SUFFIX, LATEST_SUFFIX, KVStore, Txn
-from tulip_nb.memory.backends._loops import PerLoop
+from tulip_nb.memory._pools import PoolPerLoop
+from tulip_nb.memory.backends._kv import EMPTY_INDEX, INDEX_SUFFIX, LATEST_SUFFIX, KVStore, Txn, glob_to_like
 
 try:
     from mysql.connector import errors as mysql_errors
@@ -164,8 +168,8 @@ class MySQLBackend(KVStore):
         kwargs["autocommit"] = True  # plain reads see fresh data; writes use explicit transactions
         self._charset, self._collation = charset, collation
         self._pool_args, self._max_pool_size = kwargs, max_pool_size
-        self._pools: PerLoop[_Pool] = PerLoop()  # connections are bound to their event loop
-        self._ready = False
+        # connections are bound to their event loop: a pool per loop, the DDL once
+        self._pools: PoolPerLoop[_Pool] = PoolPerLoop(self._new_pool, lambda pool: pool.close(), self._create_table)
         self._key_width = 768
         t = self.table
         cols = "(thread_id, checkpoint_id, data, created_at, updated_at, metadata)"
@@ -180,10 +184,8 @@ class MySQLBackend(KVStore):
         )
         self._sql_delete = f"DELETE FROM {t} WHERE thread_id = %s"
 
-    @property
-    def _pool(self) -> _Pool:
-        """This event loop's pool (made on first use in the loop)."""
-        return self._pools.get_sync(lambda: _Pool(self._pool_args, self._max_pool_size))
+    async def _new_pool(self) -> _Pool:
+        return _Pool(self._pool_args, self._max_pool_size)
 
     def __repr__(self) -> str:
         return f"MySQLBackend(table={self.table_name!r})"
@@ -199,8 +201,8 @@ class MySQLBackend(KVStore):
 
     @contextlib.asynccontextmanager
     async def _cursor(self, key: str | None = None) -> AsyncIterator[Any]:
-        await self._ensure()
-        async with self._errors(key), self._pool.acquire() as conn:
+        pool = await self._pools.get()
+        async with self._errors(key), pool.acquire() as conn:
             cur = await conn.cursor(buffered=True)
             try:
                 yield cur
@@ -210,40 +212,34 @@ class MySQLBackend(KVStore):
     # -- DDL ----------------------------------------------------------------------------------
     async def setup(self) -> None:
         """Create the table and its index now (idempotent), instead of on first use."""
-        await self._ensure()
+        await self._pools.get()
 
-    async def _ensure(self) -> None:
-        if self._ready:
-            return
-        async with self._pools.lock():
-            if self._ready:
-                return
-            async with self._errors(), self._pool.acquire() as conn:
-                cur = await conn.cursor(buffered=True)
-                try:
-                    await cur.execute(
-                        f"""CREATE TABLE IF NOT EXISTS {self.table} (
-                            thread_id VARCHAR(768) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PRIMARY KEY,
-                            checkpoint_id VARCHAR(128),
-                            data JSON NOT NULL,
-                            created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-                            updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
-                                ON UPDATE CURRENT_TIMESTAMP(6),
-                            metadata JSON NULL,
-                            KEY `idx_{self.table_name[:52]}_updated` (updated_at DESC)
-                        ) ENGINE=InnoDB DEFAULT CHARSET={self._charset} COLLATE={self._collation}"""
-                    )
-                    await cur.execute(
-                        "SELECT CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS "
-                        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = 'thread_id'",
-                        (self.table_name,),
-                    )
-                    row = await cur.fetchone()
-                    if row and row[0]:
-                        self._key_width = int(row[0])
-                finally:
-                    await cur.close()
-            self._ready = True
+    async def _create_table(self, pool: _Pool) -> None:
+        async with self._errors(), pool.acquire() as conn:
+            cur = await conn.cursor(buffered=True)
+            try:
+                await cur.execute(
+                    f"""CREATE TABLE IF NOT EXISTS {self.table} (
+                        thread_id VARCHAR(768) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PRIMARY KEY,
+                        checkpoint_id VARCHAR(128),
+                        data JSON NOT NULL,
+                        created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+                        updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+                            ON UPDATE CURRENT_TIMESTAMP(6),
+                        metadata JSON NULL,
+                        KEY `idx_{self.table_name[:52]}_updated` (updated_at DESC)
+                    ) ENGINE=InnoDB DEFAULT CHARSET={self._charset} COLLATE={self._collation}"""
+                )
+                await cur.execute(
+                    "SELECT CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = 'thread_id'",
+                    (self.table_name,),
+                )
+                row = await cur.fetchone()
+                if row and row[0]:
+                    self._key_width = int(row[0])
+            finally:
+                await cur.close()
 
     def _check_key(self, key: str) -> None:
         if len(key) > self._key_width:
@@ -253,7 +249,7 @@ class MySQLBackend(KVStore):
             )
 
     async def close(self) -> None:
-        await self._pools.aclose(lambda pool: pool.close())
+        await self._pools.aclose()
 
     # -- KVStore ------------------------------------------------------------------------------
     async def get(self, key: str) -> bytes | str | None:
@@ -278,7 +274,7 @@ class MySQLBackend(KVStore):
         return [found.get(k) for k in keys]
 
     async def transact(self, lock_key: str, body: Callable[[Txn], Awaitable[T]]) -> T:
-        await self._ensure()
+        await self._pools.get()  # the table (and its key width) first
         self._check_key(lock_key)
         for attempt in range(_MAX_RETRIES):
             try:
@@ -336,6 +332,37 @@ class MySQLBackend(KVStore):
                 f"SELECT thread_id FROM {self.table} WHERE RIGHT(thread_id, %s) = %s", (len(INDEX_SUFFIX), INDEX_SUFFIX)
             )
             return [_text(r[0]) for r in await cur.fetchall()]
+
+    async def keys(self, pattern: str = "*") -> list[str]:
+        like = "%" if "[" in pattern else glob_to_like(pattern)
+        async with self._cursor() as cur:
+            await cur.execute(f"SELECT thread_id FROM {self.table} WHERE thread_id LIKE %s", (like,))
+            return [_text(r[0]) for r in await cur.fetchall()]
+
+    async def stale_keys(self, cutoff: datetime) -> list[str]:
+        naive = cutoff.astimezone(UTC).replace(tzinfo=None)
+        async with self._cursor() as cur:
+            await cur.execute(f"SELECT thread_id FROM {self.table} WHERE updated_at < %s", (naive,))
+            return [_text(r[0]) for r in await cur.fetchall()]
+
+    async def search_data(self, path: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
+        """Rows whose ``data`` contains ``{path: value}`` (``JSON_CONTAINS``), newest first."""
+        probe = orjson.dumps({path: value}, option=orjson.OPT_NON_STR_KEYS).decode()
+        async with self._cursor() as cur:
+            await cur.execute(
+                f"SELECT thread_id, data, updated_at FROM {self.table} WHERE JSON_CONTAINS(data, %s) "
+                "ORDER BY updated_at DESC, thread_id LIMIT %s",
+                (probe, max(limit, 0)),
+            )
+            rows = await cur.fetchall()
+        return [
+            {
+                "thread_id": _text(tid),
+                "data": orjson.loads(data),
+                "updated_at": stamp.replace(tzinfo=UTC).isoformat() if stamp is not None else None,
+            }
+            for tid, data, stamp in rows
+        ]
 
     async def metadata_candidates(self, key: str, value: Any, limit: int) -> list[str]:
         probe = orjson.dumps({key: value}).decode()

@@ -39,6 +39,11 @@ refresh covering all shards is cheaper and also makes the index document visible
 search, ``list_threads`` or metadata query sees the save. Pass ``refresh=False`` to leave it to
 the index's refresh interval.
 
+**The storage-backend surface.** ``list_threads(pattern)`` lists keys (a ``wildcard`` query),
+``vacuum(older_than_days)`` removes old checkpoints (index and ``:latest`` kept consistent) and
+documents not written since (``updated_at``), and ``search_data(path, value)`` matches the
+documents' ``data`` (not indexed, so read and matched here).
+
 Use it through the factory::
 
     from tulip_nb.memory.backends import opensearch_checkpointer
@@ -47,7 +52,6 @@ Use it through the factory::
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import io
@@ -58,6 +62,7 @@ from typing import Any, TypeVar
 import orjson
 
 from tulip_nb.core.errors import BackendUnavailable
+from tulip_nb.memory._pools import PoolPerLoop
 from tulip_nb.memory.backends._kv import INDEX_SUFFIX, LATEST_SUFFIX, KVStore, Txn, parse_index
 
 try:
@@ -204,9 +209,8 @@ class OpenSearchBackend(KVStore):
             client_kwargs.setdefault("http_auth", (username, password))
         client_kwargs.setdefault("max_retries", 0)  # an outage must surface now, not after retries
         self._client_kwargs = {"timeout": timeout, "serializer": _Serializer(), **client_kwargs}
-        self._client: Any = None
-        self._ready = False
-        self._init_lock = asyncio.Lock()
+        # the client's aiohttp session is bound to its event loop: one per loop, the index once
+        self._clients: PoolPerLoop[Any] = PoolPerLoop(self._new_client, lambda c: c.close(), self._create_index)
 
     def __repr__(self) -> str:
         return f"OpenSearchBackend(hosts={self.hosts!r}, index_name={self.index_name!r})"
@@ -223,16 +227,11 @@ class OpenSearchBackend(KVStore):
         except TransportError as e:
             raise BackendUnavailable(f"OpenSearchBackend: OpenSearch refused the operation: {e}", path=key) from e
 
+    async def _new_client(self) -> Any:
+        return AsyncOpenSearch(hosts=self.hosts, **self._client_kwargs)
+
     async def _es(self) -> Any:
-        if self._ready:
-            return self._client
-        async with self._init_lock:
-            if self._client is None:
-                self._client = AsyncOpenSearch(hosts=self.hosts, **self._client_kwargs)
-            if not self._ready:
-                await self._create_index(self._client)
-                self._ready = True
-        return self._client
+        return await self._clients.get()
 
     async def setup(self) -> None:
         """Create the index with its mapping now (idempotent), instead of on first use."""
@@ -249,9 +248,7 @@ class OpenSearchBackend(KVStore):
                     raise  # another process created it first: fine; anything else is not
 
     async def close(self) -> None:
-        client, self._client, self._ready = self._client, None, False
-        if client is not None:
-            await client.close()
+        await self._clients.aclose()
 
     # -- reads ----------------------------------------------------------------------------------
     async def _docs(self, keys: list[str]) -> list[_Doc | None]:
@@ -468,23 +465,32 @@ class OpenSearchBackend(KVStore):
             resp: dict[str, Any] = await es.search(index=self.index_name, body=body)
         return resp
 
-    async def index_keys(self) -> list[str]:
+    async def _scan_keys(self, query: dict[str, Any]) -> list[str]:
+        """Every document's key matching ``query``, paged with ``search_after``."""
         out: list[str] = []
         after: list[Any] | None = None
         while True:
-            body: dict[str, Any] = {
-                "size": _PAGE,
-                "_source": ["thread_id"],
-                "sort": [{"thread_id": "asc"}],
-                "query": {"wildcard": {"thread_id": {"value": "*" + INDEX_SUFFIX}}},
-            }
+            body: dict[str, Any] = {"size": _PAGE, "_source": ["thread_id"], "sort": [{"thread_id": "asc"}]}
+            body["query"] = query
             if after is not None:
                 body["search_after"] = after
             hits = (await self._search(body))["hits"]["hits"]
-            out += [h["_source"]["thread_id"] for h in hits if h["_source"]["thread_id"].endswith(INDEX_SUFFIX)]
+            out += [h["_source"]["thread_id"] for h in hits]
             if len(hits) < _PAGE:
                 return out
             after = hits[-1]["sort"]
+
+    async def index_keys(self) -> list[str]:
+        keys = await self._scan_keys({"wildcard": {"thread_id": {"value": "*" + INDEX_SUFFIX}}})
+        return [k for k in keys if k.endswith(INDEX_SUFFIX)]
+
+    async def keys(self, pattern: str = "*") -> list[str]:
+        wildcard = "*" if "[" in pattern or "\\" in pattern else (pattern or "*")
+        return await self._scan_keys({"wildcard": {"thread_id": {"value": wildcard}}})
+
+    async def stale_keys(self, cutoff: datetime) -> list[str]:
+        stamp = cutoff.astimezone(UTC).isoformat(timespec="microseconds")
+        return await self._scan_keys({"range": {"updated_at": {"lt": stamp}}})
 
     async def search_latest(self, query: str, limit: int) -> list[tuple[str, float]]:
         """Full-text, all terms, over the messages of each thread's ``:latest`` document.

@@ -11,7 +11,10 @@ The table is tulip's, so a tulip agent and tulip_nb share it::
         metadata      JSONB DEFAULT '{}'         -- the save metadata on checkpoint rows
     )
 
-plus tulip's indexes (``updated_at DESC``, GIN on ``metadata``). ``search`` is PostgreSQL
+plus tulip's indexes (``updated_at DESC``, GIN on ``metadata``). Over those rows,
+``list_threads(pattern)`` lists keys (glob, as ``LIKE``), ``vacuum(older_than_days)`` removes old
+checkpoints (index and ``:latest`` kept consistent) and rows not written since, and
+``search_data(path, value)`` matches the ``data`` column with JSONB containment (``@>``). ``search`` is PostgreSQL
 full-text search over the message text of each thread's ``:latest`` row (``websearch_to_tsquery``
 syntax: ``refund -card "store credit"``). By default the tsvector is computed at query time;
 ``fts_index=True`` adds a GIN expression index (tulip ignores it) that makes search an index
@@ -32,11 +35,12 @@ import contextlib
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from tulip_nb.core.errors import BackendUnavailable, InvalidThreadId
-from tulip_nb.memory.backends._kv import EMPTY_INDEX, INDEX_SUFFIX, KVStore, Txn
-from tulip_nb.memory.backends._loops import PerLoop
+from tulip_nb.memory._pools import PoolPerLoop
+from tulip_nb.memory.backends._kv import EMPTY_INDEX, INDEX_SUFFIX, KVStore, Txn, glob_to_like
 
 try:
     import asyncpg
@@ -116,8 +120,8 @@ class PostgreSQLBackend(KVStore):
         self.supports_search = True
         self.fts_index = fts_index
         self._pool_args = {"min_size": min_pool_size, "max_size": max_pool_size, **pool_kwargs}
-        self._pools: PerLoop[Any] = PerLoop()  # asyncpg pools are bound to their event loop
-        self._ready = False
+        # asyncpg pools are bound to their event loop: one per loop, the DDL once
+        self._pools: PoolPerLoop[Any] = PoolPerLoop(self._new_pool, lambda pool: pool.close(), self._create_schema)
         t = self.table
         self._sql_select = f"SELECT data FROM {t} WHERE thread_id = $1"
         self._sql_put = (
@@ -148,22 +152,12 @@ class PostgreSQLBackend(KVStore):
         except asyncpg.PostgresError as e:
             raise BackendUnavailable(f"PostgreSQLBackend: the server refused the operation: {e}", path=key) from e
 
+    async def _new_pool(self) -> Any:
+        async with self._errors():
+            return await asyncpg.create_pool(self.dsn, init=_init_connection, **self._pool_args)
+
     async def _conn_pool(self) -> Any:
-        pool = self._pools.current()
-        if pool is not None and self._ready:
-            return pool
-
-        async def create() -> Any:
-            async with self._errors():
-                return await asyncpg.create_pool(self.dsn, init=_init_connection, **self._pool_args)
-
-        pool = await self._pools.get(create)
-        if not self._ready:
-            async with self._pools.lock():
-                if not self._ready:
-                    await self._create_schema(pool)
-                    self._ready = True
-        return pool
+        return await self._pools.get()
 
     async def setup(self) -> None:
         """Create the schema, table and indexes now (idempotent), instead of on first use."""
@@ -205,7 +199,7 @@ class PostgreSQLBackend(KVStore):
                             raise
 
     async def close(self) -> None:
-        await self._pools.aclose(lambda pool: pool.close())
+        await self._pools.aclose()
 
     # -- KVStore ------------------------------------------------------------------------------
     async def get(self, key: str) -> bytes | None:
@@ -256,6 +250,37 @@ class PostgreSQLBackend(KVStore):
                 INDEX_SUFFIX,
             )
         return [r["thread_id"] for r in rows]
+
+    async def keys(self, pattern: str = "*") -> list[str]:
+        like = "%" if "[" in pattern else glob_to_like(pattern)
+        pool = await self._conn_pool()
+        async with self._errors():
+            rows = await pool.fetch(f"SELECT thread_id FROM {self.table} WHERE thread_id LIKE $1", like)
+        return [r["thread_id"] for r in rows]
+
+    async def stale_keys(self, cutoff: datetime) -> list[str]:
+        pool = await self._conn_pool()
+        async with self._errors():
+            rows = await pool.fetch(f"SELECT thread_id FROM {self.table} WHERE updated_at < $1", cutoff)
+        return [r["thread_id"] for r in rows]
+
+    async def search_data(self, path: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
+        """Rows whose ``data`` contains ``{path: value}`` (JSONB ``@>``), newest first."""
+        import orjson
+
+        probe = orjson.dumps({path: value}, option=orjson.OPT_NON_STR_KEYS)
+        pool = await self._conn_pool()
+        async with self._errors():
+            rows = await pool.fetch(
+                f"SELECT thread_id, data, updated_at FROM {self.table} WHERE data @> $1 "
+                "ORDER BY updated_at DESC, thread_id LIMIT $2",
+                probe,
+                max(limit, 0),
+            )
+        return [
+            {"thread_id": r["thread_id"], "data": orjson.loads(r["data"]), "updated_at": r["updated_at"].isoformat()}
+            for r in rows
+        ]
 
     async def search_latest(self, query: str, limit: int) -> list[tuple[str, float]]:
         pool = await self._conn_pool()

@@ -11,6 +11,11 @@ With ``ttl_seconds`` every key of a thread expires together, ``ttl_seconds`` aft
 last save (tulip sets the TTL per key, so its older checkpoints expire while its index still lists
 them).
 
+Over the keys, ``list_threads(pattern)`` lists them (glob, ``SCAN MATCH``), ``vacuum`` removes old
+checkpoints of threads in tulip's layout (Redis keeps no write times: other keys expire by TTL) and
+``search_data(path, value)`` matches each value's top-level ``path`` (read and matched here: Redis
+strings are not queryable).
+
 Use it through the factory::
 
     from tulip_nb.memory.backends import redis_checkpointer
@@ -24,8 +29,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from tulip_nb.core.errors import BackendUnavailable
+from tulip_nb.memory._pools import PoolPerLoop
 from tulip_nb.memory.backends._kv import INDEX_SUFFIX, KVStore, Txn, parse_index
-from tulip_nb.memory.backends._loops import PerLoop
 
 try:
     import redis.asyncio as aioredis
@@ -84,17 +89,12 @@ class RedisBackend(KVStore):
             timeout=socket_timeout,
             **client_kwargs,
         )
-        self._clients: PerLoop[Any] = PerLoop()  # redis-py clients are bound to their event loop
+        # redis-py clients are bound to their event loop: one per loop (no schema)
+        self._clients: PoolPerLoop[Any] = PoolPerLoop(self._new_client, lambda client: client.aclose())
 
-    @property
-    def _client(self) -> Any:
-        """This event loop's client (made on first use in the loop)."""
-
-        def create() -> Any:
-            pool = aioredis.BlockingConnectionPool.from_url(self.url, **self._client_args)
-            return aioredis.Redis.from_pool(pool)
-
-        return self._clients.get_sync(create)
+    async def _new_client(self) -> Any:
+        pool = aioredis.BlockingConnectionPool.from_url(self.url, **self._client_args)
+        return aioredis.Redis.from_pool(pool)
 
     def __repr__(self) -> str:
         return f"RedisBackend(url={self.url!r}, prefix={self.prefix!r}, ttl_seconds={self.ttl_seconds})"
@@ -112,19 +112,20 @@ class RedisBackend(KVStore):
 
     async def get(self, key: str) -> bytes | None:
         async with self._errors(key):
-            value: bytes | None = await self._client.get(self.prefix + key)
+            value: bytes | None = await (await self._clients.get()).get(self.prefix + key)
             return value
 
     async def get_many(self, keys: list[str]) -> list[bytes | str | None]:
         if not keys:
             return []
         async with self._errors():
-            values: list[bytes | str | None] = await self._client.mget([self.prefix + k for k in keys])
+            values: list[bytes | str | None] = await (await self._clients.get()).mget([self.prefix + k for k in keys])
             return values
 
     async def transact(self, lock_key: str, body: Callable[[Txn], Awaitable[T]]) -> T:
         p = self.prefix
-        async with self._errors(lock_key), self._client.pipeline(transaction=True) as pipe:
+        client = await self._clients.get()
+        async with self._errors(lock_key), client.pipeline(transaction=True) as pipe:
             for _ in range(_MAX_RETRIES):
                 try:
                     await pipe.watch(p + lock_key)
@@ -165,8 +166,16 @@ class RedisBackend(KVStore):
     async def index_keys(self) -> list[str]:
         match = _glob_escape(self.prefix) + "*" + INDEX_SUFFIX
         n = len(self.prefix)
+        client = await self._clients.get()
         async with self._errors():
-            return [k.decode()[n:] async for k in self._client.scan_iter(match=match, count=1000)]
+            return [k.decode()[n:] async for k in client.scan_iter(match=match, count=1000)]
+
+    async def keys(self, pattern: str = "*") -> list[str]:
+        match = _glob_escape(self.prefix) + (pattern or "*")
+        n = len(self.prefix)
+        client = await self._clients.get()
+        async with self._errors():
+            return [k.decode()[n:] async for k in client.scan_iter(match=match, count=1000)]
 
     async def close(self) -> None:
-        await self._clients.aclose(lambda client: client.aclose())
+        await self._clients.aclose()

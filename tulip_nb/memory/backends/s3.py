@@ -41,10 +41,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from tulip_nb.core._time import iso_offset, parse_datetime
+from tulip_nb.core import iso_offset, parse_datetime
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, InvalidThreadId
 from tulip_nb.core.state import AgentState
-from tulip_nb.memory._envelope import info_row, matches_pattern, metadata_matches, search_hit, search_state
+from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first, prepare_save
 from tulip_nb.memory.backends._s3_layout import (
     LATEST,
     Head,
@@ -58,14 +58,10 @@ from tulip_nb.memory.backends._s3_layout import (
     parse_key,
 )
 from tulip_nb.memory.checkpointer import (
-    BaseCheckpointer,
     Capabilities,
     Checkpoint,
     CheckpointInfo,
-    check_expected_parent,
     new_checkpoint_id,
-    next_created_at,
-    save_metadata,
     validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
@@ -80,7 +76,7 @@ _CREATED_AT_META = "tulip-nb-created-at"  # user metadata on _latest; tulip igno
 _SAVE_ATTEMPTS = 20
 
 
-class S3Backend(BaseCheckpointer):
+class S3Backend(InTreeCheckpointer):
     """Checkpoints as objects in an S3 bucket (see the module docstring for the layout).
 
     Args:
@@ -282,9 +278,7 @@ class S3Backend(BaseCheckpointer):
             elif parsed.kind is KeyKind.META:
                 meta_etags[parsed.checkpoint_id] = obj.etag
         infos = await asyncio.gather(*(self._info_of(thread_id, c, meta_etags.get(c)) for c in cids))
-        found = [i for i in infos if i is not None]
-        found.sort(key=lambda i: (i.created_at, i.checkpoint_id), reverse=True)
-        return found
+        return newest_first([i for i in infos if i is not None])
 
     async def _all_infos(self) -> dict[str, list[CheckpointInfo]]:
         """Every checkpoint of every thread under the prefix, per thread, newest first."""
@@ -304,7 +298,7 @@ class S3Backend(BaseCheckpointer):
             jsons = {o.key for o in listed}
             live = [c for c in cids if self._key(tid, c) in jsons]
             infos = await asyncio.gather(*(self._info_of(tid, c, cids[c]) for c in live))
-            found = sorted((i for i in infos if i), key=lambda i: (i.created_at, i.checkpoint_id), reverse=True)
+            found = newest_first([i for i in infos if i])
             if found:
                 out[tid] = found
         return out
@@ -332,16 +326,17 @@ class S3Backend(BaseCheckpointer):
             head = await self._read_head(thread_id) if fresh else self._heads[thread_id]
             for _ in range(_SAVE_ATTEMPTS):
                 latest_id = head.checkpoint_id if head else None
-                check_expected_parent(expected_parent, latest_id, thread_id)
-                now = next_created_at(head.created_at if head is not None else None)
                 parent_info = await self._info_of(thread_id, latest_id) if latest_id else None
-                meta = save_metadata(
+                plan = prepare_save(
+                    thread_id,
+                    state,
                     metadata,
-                    latest_id,
-                    state=state,
-                    parent_metadata=parent_info.metadata if parent_info else None,
-                    thread_id=thread_id,
+                    expected_parent=expected_parent,
+                    latest_id=latest_id,
+                    latest_created_at=head.created_at if head is not None else None,
+                    latest_metadata=parent_info.metadata if parent_info else None,
                 )
+                now, meta = plan.created_at, plan.metadata
                 await asyncio.gather(
                     self._run(self._io.put, ckpt_key, ckpt_body(cid, thread_id, now, state_bytes), "application/json"),
                     self._run(self._io.put, meta_key, meta_body(cid, thread_id, now, meta), "application/json"),
@@ -384,6 +379,9 @@ class S3Backend(BaseCheckpointer):
             self._infos[meta_key] = ("", CheckpointInfo(cid, thread_id, created, meta))
             for _ in range(_SAVE_ATTEMPTS):
                 head = await self._read_head(thread_id)
+                if head is not None and head.checkpoint_id == cid and head.created_at and head.created_at > created:
+                    await self._repoint(thread_id)  # the latest was replaced by an older one
+                    return
                 stale = head is not None and head.checkpoint_id != cid and head.created_at is not None
                 if stale and head.created_at >= created:  # type: ignore[union-attr,operator]
                     return  # an older checkpoint: the pointer stays on the newest
@@ -431,28 +429,12 @@ class S3Backend(BaseCheckpointer):
             ckpt.metadata = dict(info.metadata)
         return ckpt
 
-    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
-        if checkpoint_id is not None:
-            ckpt = await self._fetch(thread_id, checkpoint_id, with_meta=False)
-            if ckpt is None:
-                raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
-            return ckpt.state
-        head = await self._read_head(thread_id)
-        if head is not None and head.checkpoint_id and head.stamped:  # our pointer: no listing needed
-            ckpt = await self._fetch(thread_id, head.checkpoint_id, with_meta=False)
-            if ckpt is not None:
-                return ckpt.state
-        ckpt = await self.load_checkpoint(thread_id)
-        return ckpt.state if ckpt else None
-
-    async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
-        return (await self._thread_infos(thread_id))[:limit]
-
-    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
-        return [i.checkpoint_id for i in await self.list_checkpoint_infos(thread_id, limit)]
+    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
+        infos = await self._thread_infos(thread_id)
+        return infos if limit is None else infos[:limit]
 
     async def exists(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        if checkpoint_id is not None:
+        if checkpoint_id is not None:  # one HEAD on the checkpoint object, no listing
             return await self._run(self._io.head, self._key(thread_id, checkpoint_id))
         return bool(await self._thread_infos(thread_id))
 
@@ -498,62 +480,28 @@ class S3Backend(BaseCheckpointer):
             self._pool.shutdown(wait=True)
             self._io.close()
 
-    # -- capabilities -------------------------------------------------------------------------
-    async def get_metadata(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any] | None:
-        if checkpoint_id is None:
+    # -- capabilities (the scans are derived in InTreeCheckpointer) ---------------------------
+    async def _checkpoint_info(self, thread_id: str, checkpoint_id: str | None) -> CheckpointInfo | None:
+        if checkpoint_id is None:  # the pointer first: no listing for a thread we wrote
             head = await self._read_head(thread_id)
             checkpoint_id = head.checkpoint_id if head else None
             if not checkpoint_id:
                 infos = await self._thread_infos(thread_id)
-                return dict(infos[0].metadata) if infos else None
-        info = await self._info_of(thread_id, checkpoint_id)
-        return dict(info.metadata) if info else None
+                return infos[0] if infos else None
+        return await self._info_of(thread_id, checkpoint_id)
 
-    async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
+    async def _thread_ids(self) -> list[str]:
+        """Thread ids from the key listing alone (no object is read)."""
         listed = await self._run(lambda: list(self._io.list_keys(self.prefix)))
         ids = set()
         for obj in listed:
             parsed = parse_key(obj.key, self.prefix)
-            if parsed and parsed.kind is KeyKind.CHECKPOINT and matches_pattern(parsed.thread_id, pattern):
+            if parsed and parsed.kind is KeyKind.CHECKPOINT:
                 ids.add(parsed.thread_id)
-        return sorted(ids)[:limit]
+        return list(ids)
 
-    async def list_with_metadata(self, limit: int = 100) -> list[dict[str, Any]]:
-        latest = [infos[0] for infos in (await self._all_infos()).values()]
-        latest.sort(key=lambda i: i.created_at, reverse=True)
-        return [info_row(i) for i in latest[:limit]]
-
-    async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
-        infos = [i for group in (await self._all_infos()).values() for i in group]
-        infos.sort(key=lambda i: i.created_at, reverse=True)
-        out = []
-        for info in infos:
-            state = None
-            if key not in info.metadata:  # not save metadata: look in the state's metadata
-                ckpt = await self._fetch(info.thread_id, info.checkpoint_id, with_meta=False)
-                state = ckpt.state if ckpt else None
-            if metadata_matches(info.metadata, state, key, value):
-                out.append(info_row(info))
-                if len(out) >= limit:
-                    break
-        return out
-
-    async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
-        """Case-insensitive all-terms search over each thread's latest state.
-
-        This reads every thread's latest checkpoint: fine for research buckets, costly on a
-        production bucket with many threads (there is no index in S3 to ask).
-        """
-        hits = []
-        for tid in await self.list_threads(limit=10**9):
-            ckpt = await self.load_checkpoint(tid)
-            if ckpt is None:
-                continue
-            score, idx, snippet = search_state(ckpt.state, query)
-            if score:
-                hits.append(search_hit(ckpt, score, idx, snippet))
-        hits.sort(key=lambda h: (-h["score"], h["thread_id"]))
-        return hits[:limit]
+    async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
+        return await self._all_infos()
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         source = await self._thread_infos(source_thread_id)

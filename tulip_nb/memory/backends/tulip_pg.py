@@ -25,7 +25,6 @@ verbatim (an import), renumbering ``seq`` when it lands before newer checkpoints
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
@@ -35,10 +34,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
-from tulip_nb.core._time import parse_datetime, utcnow
+from tulip_nb.core import parse_datetime, utcnow
 from tulip_nb.core.errors import BackendUnavailable, CheckpointNotFound, UserError
 from tulip_nb.core.state import AgentState, state_json_bytes
 from tulip_nb.memory._envelope import info_row, matches_pattern, state_from_obj
+from tulip_nb.memory._pools import PoolPerLoop
 from tulip_nb.memory.checkpointer import (
     BaseCheckpointer,
     Capabilities,
@@ -122,8 +122,8 @@ class TulipPgCheckpointer(BaseCheckpointer):
         self.tenant_of = tenant_of
         self.create_schema = create_schema
         self._pool_args = {"min_size": min_pool_size, "max_size": max_pool_size}
-        self._pool: Any = None
-        self._lock = asyncio.Lock()
+        # asyncpg pools are bound to their event loop: one per loop, the DDL once
+        self._pools: PoolPerLoop[Any] = PoolPerLoop(self._new_pool, lambda pool: pool.close(), self._create_schema)
 
     def __repr__(self) -> str:
         return f"TulipPgCheckpointer(table={self.table!r}, tenant={self.tenant!r})"
@@ -160,28 +160,25 @@ class TulipPgCheckpointer(BaseCheckpointer):
             f"WITH CHECK (tenant = current_setting('{TENANT_GUC}', true))",
         ]
 
+    async def _new_pool(self) -> Any:
+        try:
+            return await self._asyncpg.create_pool(self.dsn, **self._pool_args)
+        except (TimeoutError, OSError, self._asyncpg.PostgresError) as e:
+            raise BackendUnavailable(f"TulipPgCheckpointer cannot connect: {e}", path=self.table) from e
+
+    async def _create_schema(self, pool: Any) -> None:
+        async with pool.acquire() as conn:
+            exists = await conn.fetchval("SELECT to_regclass($1)", self.table)
+            if exists is None:
+                if not self.create_schema:
+                    raise UserError(f"table {self.table} does not exist and create_schema=False")
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self.table)
+                    for stmt in self.ddl():
+                        await conn.execute(stmt)
+
     async def _get_pool(self) -> Any:
-        async with self._lock:
-            if self._pool is None:
-                try:
-                    pool = await self._asyncpg.create_pool(self.dsn, **self._pool_args)
-                except (TimeoutError, OSError, self._asyncpg.PostgresError) as e:
-                    raise BackendUnavailable(f"TulipPgCheckpointer cannot connect: {e}", path=self.table) from e
-                try:
-                    async with pool.acquire() as conn:
-                        exists = await conn.fetchval("SELECT to_regclass($1)", self.table)
-                        if exists is None:
-                            if not self.create_schema:
-                                raise UserError(f"table {self.table} does not exist and create_schema=False")
-                            async with conn.transaction():
-                                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self.table)
-                                for stmt in self.ddl():
-                                    await conn.execute(stmt)
-                except BaseException:
-                    await pool.close()
-                    raise
-                self._pool = pool
-            return self._pool
+        return await self._pools.get()
 
     @contextlib.asynccontextmanager
     async def _tx(self, thread_id: str | None, *, lock: bool = False) -> AsyncIterator[tuple[Any, str]]:
@@ -203,9 +200,7 @@ class TulipPgCheckpointer(BaseCheckpointer):
             ) from e
 
     async def close(self) -> None:
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+        await self._pools.aclose()
 
     # -- contract -----------------------------------------------------------------------------
     async def save(
@@ -326,7 +321,7 @@ class TulipPgCheckpointer(BaseCheckpointer):
         ckpt = await self.load_checkpoint(thread_id, checkpoint_id)
         return ckpt.state if ckpt else None
 
-    async def list_checkpoint_infos(self, thread_id: str, limit: int = 10) -> list[CheckpointInfo]:
+    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         validate_thread_id(thread_id)
         async with self._tx(thread_id) as (conn, tenant):
             rows = await conn.fetch(
@@ -341,11 +336,11 @@ class TulipPgCheckpointer(BaseCheckpointer):
             for r in rows
         ]
 
-    async def list_checkpoints(self, thread_id: str, limit: int = 10) -> list[str]:
+    async def list_checkpoints(self, thread_id: str, limit: int | None = 10) -> list[str]:
         return [i.checkpoint_id for i in await self.list_checkpoint_infos(thread_id, limit)]
 
     async def exists(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        infos = await self.list_checkpoint_infos(thread_id, limit=10**9)
+        infos = await self.list_checkpoint_infos(thread_id, limit=None)
         return bool(infos) if checkpoint_id is None else any(i.checkpoint_id == checkpoint_id for i in infos)
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
@@ -365,12 +360,12 @@ class TulipPgCheckpointer(BaseCheckpointer):
         return not str(status).endswith(" 0")
 
     async def get_metadata(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any] | None:
-        for info in await self.list_checkpoint_infos(thread_id, limit=10**9):
+        for info in await self.list_checkpoint_infos(thread_id, limit=None):
             if checkpoint_id in (None, info.checkpoint_id):
                 return dict(info.metadata)
         return None
 
-    async def query_by_metadata(self, key: str, value: Any, limit: int = 100) -> list[dict[str, Any]]:
+    async def query_by_metadata(self, key: str, value: Any, limit: int | None = 100) -> list[dict[str, Any]]:
         """The tenant's checkpoints with ``key == value`` in the save metadata (else the state's)."""
         probe = orjson.dumps({key: value}, option=orjson.OPT_NON_STR_KEYS).decode()
         async with self._tx(None) as (conn, tenant):
@@ -393,7 +388,7 @@ class TulipPgCheckpointer(BaseCheckpointer):
             for r in rows
         ]
 
-    async def list_threads(self, limit: int = 100, pattern: str = "*") -> list[str]:
+    async def list_threads(self, limit: int | None = 100, pattern: str = "*") -> list[str]:
         """The threads of ``tenant`` (``tenant_of`` cannot enumerate: it places known ids)."""
         async with self._tx(None) as (conn, tenant):
             rows = await conn.fetch(

@@ -22,7 +22,7 @@ of them.
 
 from __future__ import annotations
 
-from tulip_nb.memory.store._base import (
+from tulip_nb.memory.store.base import (
     BaseStore,
     Namespace,
     SemanticSearchResult,

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tulip_nb.core._time import utcnow
-from tulip_nb.memory.store._base import (
+from tulip_nb.core import utcnow
+from tulip_nb.memory.store.base import (
     BaseStore,
     Namespace,
     SemanticSearchResult,
@@ -34,7 +34,7 @@ from tulip_nb.memory.store._base import (
     validate_key,
     validate_namespace,
 )
-from tulip_nb.memory.store._text import bm25_scores, query_terms, searchable_text
+from tulip_nb.memory.store.text import bm25_scores, query_terms, searchable_text
 
 __all__ = ["InMemoryStore"]
 

@@ -38,9 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tulip_nb.core._time import parse_datetime, utcnow
+from tulip_nb.core import parse_datetime, utcnow
 from tulip_nb.core.errors import BackendUnavailable, UserError
-from tulip_nb.memory.store._base import (
+from tulip_nb.memory.store.base import (
     NS_SEP,
     BaseStore,
     Namespace,
@@ -55,7 +55,7 @@ from tulip_nb.memory.store._base import (
     validate_key,
     validate_namespace,
 )
-from tulip_nb.memory.store._text import fts5_query, query_terms, searchable_text
+from tulip_nb.memory.store.text import fts5_query, query_terms, searchable_text
 
 __all__ = ["HolographicStore"]
 

@@ -29,14 +29,14 @@ tulip_nb adds the generated ``tsv`` column.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from tulip_nb.core.errors import BackendUnavailable, UserError
-from tulip_nb.memory.store._base import (
+from tulip_nb.memory._pools import PoolPerLoop
+from tulip_nb.memory.store.base import (
     NS_SEP,
     BaseStore,
     Namespace,
@@ -49,7 +49,7 @@ from tulip_nb.memory.store._base import (
     validate_key,
     validate_namespace,
 )
-from tulip_nb.memory.store._text import query_terms, searchable_text
+from tulip_nb.memory.store.text import query_terms, searchable_text
 
 try:
     import asyncpg  # type: ignore[import-untyped,unused-ignore]
@@ -98,8 +98,8 @@ class PgMemory(BaseStore):
         self.dim = dim
         self.tenant = tenant
         self._pool_args = {"min_size": 0, "max_size": 4, **(pool_args or {})}
-        self._pool: asyncpg.Pool | None = None
-        self._lock = asyncio.Lock()
+        # asyncpg pools are bound to their event loop: one per loop, the schema once
+        self._pools: PoolPerLoop[asyncpg.Pool] = PoolPerLoop(self._new_pool, lambda pool: pool.close(), self._setup)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -118,27 +118,22 @@ class PgMemory(BaseStore):
         )
 
     # -- connection & schema ----------------------------------------------------------------------
+    async def _new_pool(self) -> asyncpg.Pool:
+        try:
+            return await asyncpg.create_pool(self.dsn, **self._pool_args)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            raise BackendUnavailable(f"cannot connect to PostgreSQL: {e}", table=self.table) from e
+
+    async def _setup(self, pool: asyncpg.Pool) -> None:
+        try:
+            await self._ensure_schema(pool)
+        except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as e:
+            raise BackendUnavailable(f"cannot connect to PostgreSQL: {e}", table=self.table) from e
+
     async def _get_pool(self) -> asyncpg.Pool:
         if self._closed:
             raise UserError("this PgMemory is closed")
-        if self._pool is not None:
-            return self._pool
-        async with self._lock:
-            if self._pool is None:
-                try:
-                    pool = await asyncpg.create_pool(self.dsn, **self._pool_args)
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-                    raise BackendUnavailable(f"cannot connect to PostgreSQL: {e}", table=self.table) from e
-                try:
-                    await self._ensure_schema(pool)
-                except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as e:
-                    await pool.close()
-                    raise BackendUnavailable(f"cannot connect to PostgreSQL: {e}", table=self.table) from e
-                except BaseException:
-                    await pool.close()
-                    raise
-                self._pool = pool
-        return self._pool
+        return await self._pools.get()
 
     async def _ensure_schema(self, pool: asyncpg.Pool) -> None:
         t = self.table
@@ -414,6 +409,4 @@ class PgMemory(BaseStore):
     async def close(self) -> None:
         """Close the connection pool (idempotent)."""
         self._closed = True
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        await self._pools.aclose()

@@ -5,7 +5,8 @@ a team playbook, a pricing-exception cache, facts about a customer that every fu
 know. Data is addressed by a **namespace** (a tuple of strings, most general first, e.g.
 ``("acme", "memory", "cust-4821")``) and a **key** inside it; the value is any JSON value.
 
-Every store implements ``put`` / ``get`` / ``get_item`` / ``delete`` / ``list_keys``. The rest is
+Every store implements ``put`` / ``get`` / ``delete`` / ``list_keys`` (the seed's interface);
+``get_item`` has a default built on ``get`` that stores with real bookkeeping override. The rest is
 optional and advertised through :attr:`BaseStore.capabilities`; calling an operation whose flag is
 off raises :class:`StoreCapabilityError` naming the capability (it is a ``NotImplementedError``, so
 code written against tulip's stores keeps working)::
@@ -32,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core._time import parse_datetime
+from tulip_nb.core import parse_datetime, utcnow
 from tulip_nb.core.errors import CapabilityNotSupported, UserError
 
 __all__ = [
@@ -215,9 +216,11 @@ def metadata_matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any] | No
 class BaseStore(ABC):
     """Key-value data shared across threads; see the module docstring.
 
-    Subclass it for your own store: implement the five abstract methods, override the optional
-    ones you support and turn their flags on in :attr:`capabilities`. Stores are async context
-    managers (``async with HolographicStore(path) as store: ...``) and must be closed.
+    Subclass it for your own store: implement the four abstract methods (``put``, ``get``,
+    ``delete``, ``list_keys``), override ``get_item`` when the store keeps metadata, times and
+    versions, override the optional ones you support and turn their flags on in
+    :attr:`capabilities`. Stores are async context managers
+    (``async with HolographicStore(path) as store: ...``) and must be closed.
     """
 
     @property
@@ -240,9 +243,18 @@ class BaseStore(ABC):
     async def get(self, namespace: Namespace, key: str) -> Any | None:
         """The value, or ``None`` when the key is absent."""
 
-    @abstractmethod
     async def get_item(self, namespace: Namespace, key: str) -> StoreItem | None:
-        """The value with its metadata, times and version, or ``None``."""
+        """The value with its metadata, times and version, or ``None``.
+
+        The default wraps :meth:`get` for stores that keep only values: empty metadata, version 1
+        and both times set to now (the store did not record them). Stores that keep bookkeeping
+        override it.
+        """
+        value = await self.get(namespace, key)
+        if value is None:
+            return None
+        now = utcnow()
+        return StoreItem(tuple(namespace), key, value, {}, now, now)
 
     @abstractmethod
     async def delete(self, namespace: Namespace, key: str) -> bool:

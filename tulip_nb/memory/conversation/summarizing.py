@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.errors import ContextWindowExceeded, UserError
 from tulip_nb.core.messages import Message
-from tulip_nb.memory._history import HistoryIndex, Plan, fingerprint, render
-from tulip_nb.memory.managers import PlanningManager
+from tulip_nb.memory.conversation.base import PlanningManager
+from tulip_nb.memory.conversation.plan import HistoryIndex, Plan, fingerprint, render
 from tulip_nb.tokens import REPLY_PRIMING
 
 if TYPE_CHECKING:

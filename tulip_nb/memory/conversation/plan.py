@@ -9,7 +9,7 @@ A :class:`Plan` says what the model sees of the first ``n`` messages of a histor
 kept verbatim, *pruned* (a tool result whose content is replaced by a short stub), *summarised*
 (replaced, as a block, by one summary message) or dropped. Messages after ``n`` (appended since the
 plan was made) are shown verbatim. :func:`render` turns a plan and a history into the view; the same
-function rebuilds a past view from a saved thread (see :mod:`tulip_nb.memory._events`).
+function rebuilds a past view from a saved thread (see :mod:`tulip_nb.memory.conversation.events`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.calls import block_end
+from tulip_nb.core.keys import CLEARED_KEY, SUMMARY_KEY
 from tulip_nb.core.messages import Message
 
 if TYPE_CHECKING:
@@ -266,7 +267,7 @@ def stub(msg: Message) -> Message:
     new = msg.model_copy(
         update={
             "content": f"[tool output cleared to save context: {size} characters]",
-            "metadata": {**msg.metadata, "tulip_compaction_cleared": True},
+            "metadata": {**msg.metadata, CLEARED_KEY: True},
         }
     )
     ident = id(msg)
@@ -282,7 +283,7 @@ def stub(msg: Message) -> Message:
 
 def summary_message(summary: str) -> Message:
     """The user message that stands for a summarised block in the model's view."""
-    return Message(role="user", content=SUMMARY_PREFIX + summary, metadata={"tulip_compaction_summary": True})
+    return Message(role="user", content=SUMMARY_PREFIX + summary, metadata={SUMMARY_KEY: True})
 
 
 # -- plans -----------------------------------------------------------------------------------------

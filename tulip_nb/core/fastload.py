@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails
 
+from tulip_nb.core.frozen import EMPTY, FrozenList, freeze
 from tulip_nb.core.messages import _JSON_RAW, Message, ToolCall
 
 __all__ = ["gc_paused", "messages_from_json"]
@@ -49,7 +50,8 @@ def _tool_call(raw: Any) -> ToolCall | None:
     if malformed is not None and type(malformed) is not str:
         return None
     call = _new(ToolCall)
-    _set(call, "__dict__", {"id": call_id, "name": name, "arguments": arguments, "malformed_arguments": malformed})
+    frozen = freeze(arguments)
+    _set(call, "__dict__", {"id": call_id, "name": name, "arguments": frozen, "malformed_arguments": malformed})
     _set_fields_set(call, set(raw))
     _set_extra(call, {})
     _set_private(call, None)
@@ -87,10 +89,10 @@ def _message(raw: Any) -> Message | None:
     fields = {
         "role": role,
         "content": content,
-        "tool_calls": calls,
+        "tool_calls": FrozenList(calls),
         "tool_call_id": call_id,
         "name": name,
-        "metadata": metadata,
+        "metadata": freeze(metadata) if metadata else EMPTY,
     }
     if complete:  # else a default (malformed_arguments) is missing: pydantic serialises it
         fields[_JSON_RAW] = raw

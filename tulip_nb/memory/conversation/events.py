@@ -27,19 +27,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb.core.keys import EVENTS_KEY, STATE_KEY
 from tulip_nb.core.messages import Message
-from tulip_nb.memory._history import STUB_VERSION, Plan, fingerprint, render
+from tulip_nb.memory.conversation.plan import STUB_VERSION, Plan, fingerprint, render
 
 if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
 
 __all__ = ["EVENTS_KEY", "STATE_KEY", "compaction_events", "make_event", "model_view", "model_views"]
-
-STATE_KEY = "tulip_nb_manager_state"
-"""``state.metadata`` key holding the manager's own state (``get_state()``) for this thread."""
-
-EVENTS_KEY = "tulip_nb_compaction_events"
-"""``state.metadata`` key holding the list of compaction events recorded for this thread."""
 
 
 def make_event(

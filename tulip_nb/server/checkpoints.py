@@ -50,7 +50,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tulip_nb.core._time import iso_offset, parse_datetime
+from tulip_nb.core import iso_offset, parse_datetime
 from tulip_nb.core.errors import (
     BackendUnavailable,
     CapabilityNotSupported,
@@ -61,8 +61,8 @@ from tulip_nb.core.errors import (
     UserError,
 )
 from tulip_nb.core.state import AgentState
-from tulip_nb.memory._envelope import encode_envelope
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
+from tulip_nb.memory.envelope import encode_envelope
 
 __all__ = ["checkpoint_app"]
 

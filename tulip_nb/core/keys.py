@@ -1,0 +1,130 @@
+"""Every metadata key tulip_nb persists, in one place.
+
+A thread is data other programs read (a tulip agent resumes it, a notebook replays it), so each key
+written into a checkpoint is part of the format (``FORMATS.md``). There are four places a key can
+live; the modules that write or read a key import it from here.
+
+**State metadata** (``AgentState.metadata``, saved inside the state; tulip keeps unknown keys):
+
+- :data:`RUN_KEY` -- the current turn's status and pending interrupt (what ``resume()`` reads);
+- :data:`ITER_KEY` -- tulip's key for the ids of this turn's mid-turn (iteration) saves;
+- :data:`STATE_KEY` -- the conversation manager's own state (plan, summary, token counts);
+- :data:`EVENTS_KEY` -- the compaction events (what the model saw at each call);
+- :data:`MEMORY_EVENTS_KEY` -- long-term memory recalls (``tulip_nb.memory.llm_memory``).
+
+**Save metadata** (``CheckpointInfo.metadata``, next to the state; listings read it):
+
+- :data:`PARENT_KEY`, :data:`FORKED_FROM_KEY`, :data:`SOURCE_KEY` -- lineage, as tulip records it;
+- :data:`FORK_INDEX_KEY` -- a branch's first checkpoint: the source message index it was cut at;
+- :data:`HASH_KEY`, :data:`PARENT_HASH_KEY`, :data:`ALG_KEY` -- the integrity chain
+  (``tulip_nb.memory.integrity``).
+
+**Message metadata** (``Message.metadata``):
+
+- :data:`CLEARED_KEY` / :data:`SUMMARY_KEY` -- tulip's marks of a stubbed tool result and of a
+  summary message (only in the model's view, never in the saved history);
+- :data:`MEMORY_MARK` -- the injected long-term memory message (view only, too);
+- :data:`TULIP_AT_KEY` -- tulip's per-message timestamp (its PostgreSQL layout).
+
+**Tool-execution extras** (keys of a ``ToolExecution`` beyond tulip's fields):
+
+- :data:`POSITION_KEY` -- the call's position ``[i, k]``, its identity (tulip ignores it).
+
+>>> from tulip_nb.core.keys import RUN_KEY, STATE_KEY
+>>> RUN_KEY, STATE_KEY
+('_tulip_nb_run', 'tulip_nb_manager_state')
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ALG_KEY",
+    "CLEARED_KEY",
+    "EVENTS_KEY",
+    "FORKED_FROM_KEY",
+    "FORK_INDEX_KEY",
+    "HASH_KEY",
+    "ITER_KEY",
+    "MEMORY_EVENTS_KEY",
+    "MEMORY_MARK",
+    "PARENT_HASH_KEY",
+    "PARENT_KEY",
+    "POSITION_KEY",
+    "RUN_KEY",
+    "SOURCE_KEY",
+    "STATE_KEY",
+    "SUMMARY_KEY",
+    "TULIP_AT_KEY",
+]
+
+# -- state metadata ----------------------------------------------------------------------------
+
+RUN_KEY = "_tulip_nb_run"
+"""``state.metadata`` key: this turn's status (``running``/``interrupted``/``complete``/``error``/...)
+and, when interrupted, the pending question. What ``resume()`` reads."""
+
+ITER_KEY = "_tulip_iteration_checkpoints"
+"""``state.metadata`` key tulip reserves for the ids of this turn's mid-turn (iteration) saves."""
+
+STATE_KEY = "tulip_nb_manager_state"
+"""``state.metadata`` key holding the manager's own state (``get_state()``) for this thread."""
+
+EVENTS_KEY = "tulip_nb_compaction_events"
+"""``state.metadata`` key holding the list of compaction events recorded for this thread."""
+
+MEMORY_EVENTS_KEY = "tulip_nb_memory_events"
+"""``state.metadata`` key holding the recall events of this thread (oldest first)::
+
+    {"v": 1, "manager": "LLMMemoryManager", "kind": "recall", "iteration": 1, "call": 0,
+     "n_messages": 2, "at": 1, "query": "...", "namespace": ["acme", "cust-4821"],
+     "method": "search", "items": [{"key": "fact-…", "score": 1.7, "content": "..."}],
+     "message": "Long-term memory ..."}
+
+``at`` is the index of the user message the recall was made for: the memory message was shown
+just before it, in every model call of that turn (``n_messages`` is the history length at the
+first of them). ``message`` is exactly the text shown; ``items == []`` means nothing was found and
+nothing was shown.
+"""
+
+# -- save metadata -----------------------------------------------------------------------------
+
+PARENT_KEY = "parent_checkpoint_id"
+"""Save-metadata key: the checkpoint this one was saved after (tulip's lineage key)."""
+
+FORKED_FROM_KEY = "forked_from"
+"""Save-metadata key of a fork's first checkpoint: the thread it was forked from (as tulip)."""
+
+SOURCE_KEY = "source"
+"""Save-metadata key: what made the save (``"input"``, ``"loop"``, ``"fork"``, ``"update"``, ...)."""
+
+FORK_INDEX_KEY = "fork_message_index"
+"""Save-metadata key of a branch's first checkpoint: the source message index it was cut at."""
+
+HASH_KEY = "tulip_nb_hash"
+"""Save-metadata key: this checkpoint's hash in the integrity chain."""
+
+PARENT_HASH_KEY = "tulip_nb_parent_hash"
+"""Save-metadata key: the hash of the checkpoint this one chains to."""
+
+ALG_KEY = "tulip_nb_hash_alg"
+"""Save-metadata key: the chain's algorithm (``"sha256-chain/1"``)."""
+
+# -- message metadata --------------------------------------------------------------------------
+
+CLEARED_KEY = "tulip_compaction_cleared"
+"""``Message.metadata`` mark (tulip's) of a tool result whose content a compaction stubbed."""
+
+SUMMARY_KEY = "tulip_compaction_summary"
+"""``Message.metadata`` mark (tulip's) of the message standing for a summarised block."""
+
+MEMORY_MARK = "tulip_nb_memory"
+"""``Message.metadata`` key that marks the injected memory message (never part of the history)."""
+
+TULIP_AT_KEY = "tulip_at"
+"""``Message.metadata`` key tulip's PostgreSQL layout keeps a message's timestamp under."""
+
+# -- tool-execution extras -----------------------------------------------------------------------
+
+POSITION_KEY = "tulip_nb_call"
+"""Extra key of a :class:`~tulip_nb.core.state.ToolExecution` tulip_nb recorded: ``[i, k]``, the
+call's position (its identity); tulip ignores it and keeps it on round trip."""

@@ -1,0 +1,512 @@
+"""LLMCompactor: keep a long thread inside the model's window, token-aware (seed 000).
+
+The compactor runs on the way into Think, and only when the request would exceed
+``trigger_fraction * context_length`` tokens (counted exactly, see :mod:`tulip_nb.tokens`; a
+request is its messages plus the tool schemas plus the reply priming). Then it makes a new plan of
+what the model sees:
+
+1. **Protect** the system prompt and the **head**: the first ``head_turns`` turns (a turn is a user
+   message and everything up to the next one: tool calls, results, the answer), and any prefix
+   before the first user message. The head never reaches into the current (last) turn.
+2. **Prune stale tool output**: tool results older than ``tool_output_ttl_turns`` turns keep their
+   message (so every call still has its result) but their content becomes a short stub.
+3. **Keep a tail**: whole units (a call with its results) from the end, while they fit in
+   ``tail_token_fraction * context_length`` tokens (at least the newest unit). A tail that starts
+   inside a turn also shows that turn's user message, first (counted in the budget).
+4. **The middle** between head and tail is summarised with ``summarize_fn(messages,
+   previous_summary)`` when given (the previous summary is the thread's, from the saved manager
+   state, so a summary compounds across compactions and restarts), else dropped.
+5. **Fit**: while the view exceeds the window, drop tail units from the oldest, then stub the
+   head's tool output, then drop the summary.
+
+**The window is a hard bound** (``effective_context``: ``context_length``, or less once the model
+reported an overflow). Every view is a valid conversation within it, and what may go is fixed:
+
+- never dropped nor changed: the system prompt; the current turn's user message; the newest unit
+  (the tool results the model must now answer, with their call — or the user message itself);
+- never dropped: the head (its tool output may be stubbed, as a last resort);
+- may be stubbed: tool output of stale turns and of the head;
+- may be summarised or dropped: whole older turns, and older units of a kept turn (the current one
+  included) — a kept turn always keeps its user message, so units are never shown after a user
+  message of another turn than theirs; the summary itself may be dropped;
+- a call is never shown without its results nor a result without its call: a unit is kept or cut
+  whole, and calls and results pair by position (:mod:`tulip_nb.core.calls`), never by id.
+
+When even the must-keep part (system prompt + head with tool output stubbed + the current user
+message + the newest unit, plus tools and reply priming) exceeds the window,
+:class:`~tulip_nb.core.errors.ContextWindowExceeded` is raised before the model (or the summariser)
+is called, naming the tokens needed, the window and the largest message of that part. The view's
+count is exact: ``counter.count_request(view, tools)`` equals ``last_view_tokens`` and the event's
+``tokens_after``.
+
+The plan is kept (in the thread's manager state) and new messages are appended to it verbatim
+until the view crosses the trigger again: between compactions the start of the request does not
+move, which keeps the provider's prompt cache warm. Every compaction is recorded as an event
+(:mod:`tulip_nb.memory.conversation.events`) so :func:`~tulip_nb.memory.conversation.events.model_view`
+rebuilds what the model saw.
+
+>>> from tulip_nb.memory.compactor import LLMCompactor
+>>> compactor = LLMCompactor(context_length=128_000)   # every argument has a default
+
+This module also provides :func:`default_conversation_manager`, what an agent gets when it is
+given no manager (seed 000). Seed code imports all of this from :mod:`tulip_nb.memory.compactor`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from bisect import bisect_right
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tulip_nb.core.errors import ContextWindowExceeded, UserError
+from tulip_nb.core.messages import Message
+from tulip_nb.memory.conversation.base import ConversationManager, PlanningManager
+from tulip_nb.memory.conversation.plan import (
+    HistoryIndex,
+    Plan,
+    Ranges,
+    fingerprint,
+    render,
+    summary_message,
+    to_ranges,
+)
+from tulip_nb.memory.conversation.window import SlidingWindowConversationManager
+from tulip_nb.tokens import REPLY_PRIMING
+
+if TYPE_CHECKING:
+    from tulip_nb.core.state import AgentState
+    from tulip_nb.tokens import TokenCounter
+
+__all__ = ["LLMCompactor", "SummarizeFn", "default_conversation_manager"]
+
+SummarizeFn = Callable[[list[Message], str | None], "Awaitable[str] | str"]
+"""``summarize_fn(messages, previous_summary) -> str`` (async or sync)."""
+
+
+class LLMCompactor(PlanningManager):
+    """Token-aware compaction with a protected head and a token-budgeted tail (module docstring).
+
+    Args:
+        context_length: the model's window in tokens (an LLMCompactor you build yourself does not
+            look it up; :func:`default_conversation_manager` does).
+        trigger_fraction: compact when the request exceeds this fraction of ``context_length``.
+        head_turns: first user/assistant turns kept verbatim.
+        tail_token_fraction: share of ``context_length`` for the most recent units.
+        summarize_fn: ``(messages, previous_summary) -> str``; without it the middle is dropped.
+        tool_output_ttl_turns: tool results older than this many turns are stubbed (0: never).
+        token_counter / model: see :class:`~tulip_nb.memory.conversation.base.PlanningManager`.
+
+    Raises:
+        ContextWindowExceeded: from :meth:`apply` / :meth:`aapply`, when the system prompt, the
+            head (tool output stubbed), the current user message and the newest unit cannot fit
+            ``effective_context`` with the tool schemas (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        context_length: int = 128_000,
+        trigger_fraction: float = 0.8,
+        head_turns: int = 2,
+        tail_token_fraction: float = 0.5,
+        summarize_fn: SummarizeFn | None = None,
+        *,
+        tool_output_ttl_turns: int = 10,
+        token_counter: TokenCounter | Callable[[Message], int] | None = None,
+        model: str | None = None,
+    ) -> None:
+        if context_length < 1:
+            raise UserError(f"context_length must be positive, got {context_length}")
+        if not 0.0 < trigger_fraction <= 1.0:
+            raise UserError(f"trigger_fraction must be in (0, 1], got {trigger_fraction}")
+        if head_turns < 0:
+            raise UserError(f"head_turns must be >= 0, got {head_turns}")
+        if not 0.0 < tail_token_fraction < 1.0:
+            raise UserError(f"tail_token_fraction must be in (0, 1), got {tail_token_fraction}")
+        if tool_output_ttl_turns < 0:
+            raise UserError(f"tool_output_ttl_turns must be >= 0, got {tool_output_ttl_turns}")
+        super().__init__(token_counter=token_counter, model=model)
+        self.context_length = context_length
+        self.trigger_fraction = trigger_fraction
+        self.head_turns = head_turns
+        self.tail_token_fraction = tail_token_fraction
+        self.summarize_fn = summarize_fn
+        self.tool_output_ttl_turns = tool_output_ttl_turns
+        self._plan_cost: tuple[Plan, int] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"LLMCompactor(context_length={self.context_length}, trigger_fraction={self.trigger_fraction}, "
+            f"head_turns={self.head_turns}, tail_token_fraction={self.tail_token_fraction}, "
+            f"summarize_fn={getattr(self.summarize_fn, '__name__', self.summarize_fn)!r})"
+        )
+
+    def window_tokens(self) -> int | None:
+        return self.context_length
+
+    # -- budgets (an overflow report caps them for this thread) --------------------------------
+    @property
+    def effective_context(self) -> int:
+        """``context_length``, capped below the size of a request the model rejected."""
+        limit = self._overflow_limit
+        return self.context_length if limit is None else max(1, min(self.context_length, limit))
+
+    @property
+    def trigger_tokens(self) -> int:
+        return int(self.trigger_fraction * self.effective_context)
+
+    @property
+    def tail_budget(self) -> int:
+        return int(self.tail_token_fraction * self.effective_context)
+
+    # -- the view ----------------------------------------------------------------------------
+    def _view(
+        self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None, state: AgentState | None
+    ) -> list[Message]:
+        # The sync path never calls the summariser: the middle is dropped (the previous summary,
+        # if any, is still shown).
+        decision = self._decide(messages, tools)
+        if isinstance(decision, list):
+            return decision
+        return self._commit(decision, messages, state)
+
+    async def _aview(
+        self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None, state: AgentState | None
+    ) -> list[Message]:
+        decision = self._decide(messages, tools)
+        if isinstance(decision, list):
+            return decision
+        middle = decision.middle()
+        if middle and self.summarize_fn is not None:
+            result = self.summarize_fn(middle, decision.prev_summary)
+            summary = await result if inspect.isawaitable(result) else result
+            decision.summarise(str(summary))
+        return self._commit(decision, messages, state)
+
+    def _decide(self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None) -> list[Message] | _Cut:
+        """The view when no compaction is due, else the compaction to make (summary still to write).
+
+        Raises :class:`ContextWindowExceeded` when what must be kept cannot fit (module docstring).
+        """
+        counter = self.counter
+        fixed = counter.count_tools(tools) + REPLY_PRIMING
+        plan = self._current_plan(messages)
+        idx = self._indexed(messages)
+        if not self._reduce_pending:
+            if plan is None:
+                total = idx.prefix[-1] + fixed
+                view = messages
+            else:
+                total = self._plan_tokens(plan, messages) + idx.span(plan.n, len(messages)) + fixed
+                view = render(plan, messages)
+            if total <= self.trigger_tokens:  # <= effective_context: the view fits
+                self.last_view_tokens = total
+                return view
+        limit = self.effective_context
+        if not idx.units:  # a system prompt alone: nothing can be cut
+            total = idx.prefix[-1] + fixed
+            if total > limit:
+                sizes = [(i, m.role, idx.counts[i]) for i, m in enumerate(messages)]
+                raise self._exceeded(total, limit, sizes)
+            self._reduce_pending = False
+            self.last_view_tokens = total
+            return messages
+        cut = _Cut(messages, idx, fixed, self.head_turns, self.tool_output_ttl_turns)
+        needed = cut.minimal(limit)
+        if needed > limit:
+            raise self._exceeded(needed, limit, cut.minimal_sizes())
+        cut.reuse(plan)
+        cut.choose_tail(self.tail_budget)
+        return cut
+
+    def _exceeded(self, needed: int, limit: int, sizes: Sequence[tuple[int, str, int]]) -> ContextWindowExceeded:
+        window = f"window of {limit:,} tokens"
+        if limit != self.context_length:
+            window += f" (context_length {self.context_length:,}, capped after an overflow report)"
+        return ContextWindowExceeded(
+            f"LLMCompactor cannot fit what it must keep into the {window} - the system prompt, the first "
+            f"{self.head_turns} turn(s) (head_turns, tool output cleared), the current turn's user message "
+            "and its newest tool round, plus the tool schemas",
+            tokens_needed=needed,
+            window=limit,
+            largest=max(sizes, key=lambda size: size[2]),
+        )
+
+    def _plan_tokens(self, plan: Plan, messages: Sequence[Message]) -> int:
+        """Tokens of ``plan``'s view of ``messages[:plan.n]`` (counted once per plan)."""
+        known = self._plan_cost
+        if known is not None and known[0] is plan:
+            return known[1]
+        tokens = sum(self.counter.message_counts(render(plan, messages[: plan.n])))
+        self._plan_cost = (plan, tokens)
+        return tokens
+
+    def _commit(self, cut: _Cut, messages: list[Message], state: AgentState | None) -> list[Message]:
+        trigger = "overflow" if self._reduce_pending else "threshold"
+        self._reduce_pending = False
+        plan, after = cut.fit(self.counter, self.effective_context)
+        view = render(plan, messages)
+        before = cut.idx.prefix[-1] + cut.fixed
+        self._plan = plan
+        self._plan_cost = (plan, after - cut.fixed)
+        self.last_view_tokens = after
+        self._record(state, trigger, plan, messages, before, after)
+        return view
+
+    def clone_for_spawn(self) -> LLMCompactor:
+        return LLMCompactor(
+            context_length=self.context_length,
+            trigger_fraction=self.trigger_fraction,
+            head_turns=self.head_turns,
+            tail_token_fraction=self.tail_token_fraction,
+            summarize_fn=self.summarize_fn,
+            tool_output_ttl_turns=self.tool_output_ttl_turns,
+            token_counter=self.token_counter,
+            model=self.model,
+        )
+
+
+class _Cut:
+    """One compaction of a history: its structure, what it keeps, and the fit (module docstring).
+
+    Positions are message indices; ``u`` names a unit (an index into ``idx.units``). The view is
+    ``[system, head, summary?, pin?, tail]``: the head is ``messages[:head_end]``; the tail is the
+    units from ``tail`` to the newest; ``pin`` is the user message of the tail's first turn when the
+    tail starts inside that turn (a kept turn keeps its user message).
+    """
+
+    def __init__(self, messages: Sequence[Message], idx: HistoryIndex, fixed: int, head_turns: int, ttl: int) -> None:
+        self.messages, self.idx, self.fixed = messages, idx, fixed
+        self.n = len(messages)
+        units, turns = idx.units, idx.turns
+        self.last = len(units) - 1
+        newest = units[-1][0]
+        # The head: the first ``head_turns`` turns (and any prefix before the first user message),
+        # never reaching into the current turn, which follows its own rule (user message + newest
+        # unit kept; older rounds may go).
+        head = units[turns[head_turns]][0] if len(turns) > head_turns else self.n
+        self.head_end = min(head, units[turns[-1]][0] if turns else newest)
+        # Tool output in turns older than the last ``ttl`` turns is stale (stubbed in the tail).
+        self.stale_end = units[turns[-ttl]][0] if ttl and len(turns) > ttl else 0
+        self._stubbed: list[int] | None = None
+        # An earlier summary that still holds: it covers ``prev_summarized`` (inside [head_end, floor)).
+        self.floor = self.head_end
+        self.prev_summarized: Ranges = []
+        self.prev_summary: str | None = None
+        self.summarized: Ranges = []
+        self.summary: str | None = None
+        self.tail = self.last
+        self.pin = self.pin_for(self.last)
+
+    # -- costs ---------------------------------------------------------------------------------
+    def stubbed(self) -> list[int]:
+        if self._stubbed is None:
+            self._stubbed = self.idx.stub_prefix()
+        return self._stubbed
+
+    def cost(self, s: int, e: int) -> int:
+        """Tokens of ``messages[s:e]`` as the tail shows them (stale tool output stubbed)."""
+        prefix = self.idx.prefix
+        if s >= self.stale_end:
+            return prefix[e] - prefix[s]
+        m = min(self.stale_end, e)
+        stubbed = self.stubbed()
+        return stubbed[m] - stubbed[s] + prefix[e] - prefix[m]
+
+    def unit_cost(self, u: int) -> int:
+        s, e = self.idx.units[u]
+        return self.cost(s, e)
+
+    def pin_for(self, u: int) -> int | None:
+        """The user message shown before a tail starting at unit ``u`` (``None``: none needed)."""
+        if self.messages[self.idx.units[u][0]].role == "user":
+            return None
+        return self.idx.turn_of(u)
+
+    def pin_cost(self, pin: int | None) -> int:
+        return self.idx.counts[pin] if pin is not None else 0
+
+    def minimal(self, limit: int) -> int:
+        """Tokens of the smallest view allowed: system, head (tool output stubbed if need be), the
+        current turn's user message, the newest unit, tools and reply priming."""
+        newest = self.idx.units[-1][0]
+        base = self.fixed + self.pin_cost(self.pin_for(self.last)) + self.idx.span(newest, self.n)
+        total = base + self.idx.prefix[self.head_end]
+        if total > limit:
+            total = base + self.stubbed()[self.head_end]
+        return total
+
+    def minimal_sizes(self) -> list[tuple[int, str, int]]:
+        """``(index, role, tokens)`` of every message of the smallest view (for the error)."""
+        stubbed, counts, msgs = self.stubbed(), self.idx.counts, self.messages
+        out: list[tuple[int, str, int]] = [(i, msgs[i].role, stubbed[i + 1] - stubbed[i]) for i in range(self.head_end)]
+        pin = self.pin_for(self.last)
+        if pin is not None:
+            out.append((pin, "user", counts[pin]))
+        out += [(i, msgs[i].role, counts[i]) for i in range(self.idx.units[-1][0], self.n)]
+        return out
+
+    # -- choices ---------------------------------------------------------------------------------
+    def reuse(self, previous: Plan | None) -> None:
+        """Keep ``previous``'s summary when it still covers a block right after this head.
+
+        It does when it was placed at this head's end, ends on a unit boundary before the newest
+        unit, and does not hold the user message a tail starting there must show.
+        """
+        if previous is None or previous.summary is None or not previous.summarized:
+            return
+        ranges = previous.summarized
+        floor = ranges[-1][1]
+        if previous.summary_at != self.head_end or ranges[0][0] < self.head_end or floor > self.idx.units[-1][0]:
+            return
+        u = self.idx.unit_at(floor)
+        if self.idx.starts[u] != floor:
+            return
+        pin = self.pin_for(u)
+        if pin is not None and any(s <= pin < e for s, e in ranges):
+            return
+        self.floor, self.prev_summarized, self.prev_summary = floor, ranges, previous.summary
+        self.summarized, self.summary = ranges, previous.summary
+
+    def choose_tail(self, budget: int) -> None:
+        """The newest units (and their turn's user message) within ``budget``; at least the newest."""
+        idx = self.idx
+        units, turns, counts, prefix = idx.units, idx.turns, idx.counts, idx.prefix
+        stale_end = self.stale_end
+        stubbed = self.stubbed() if stale_end > self.floor else prefix
+        tail, pin = self.last, self.pin
+        used = self.unit_cost(tail)
+        t = bisect_right(turns, tail) - 1  # the turn (index into ``turns``) of unit ``u`` below
+        # Inlined cost() and pin_for(): this loop walks the whole tail on every compaction.
+        for u in range(tail - 1, idx.unit_at(self.floor) - 1, -1):
+            s, e = units[u]
+            if s < stale_end:
+                m = e if e < stale_end else stale_end
+                used_u = used + stubbed[m] - stubbed[s] + prefix[e] - prefix[m]
+            else:
+                used_u = used + prefix[e] - prefix[s]
+            while t >= 0 and turns[t] > u:
+                t -= 1
+            p = None if t < 0 or turns[t] == u else units[turns[t]][0]
+            if used_u + (counts[p] if p is not None else 0) > budget:
+                break
+            used, tail, pin = used_u, u, p
+        self.tail, self.pin = tail, pin
+
+    def middle(self) -> list[Message]:
+        """The messages between head and tail that no summary holds yet (what a summary would add)."""
+        holes = sorted([*self.prev_summarized, *([(self.pin, self.pin + 1)] if self.pin is not None else [])])
+        tail_start = self.idx.units[self.tail][0]
+        return [m for s, e in _subtract(self.head_end, tail_start, holes) for m in self.messages[s:e]]
+
+    def summarise(self, summary: str) -> None:
+        """A new summary covers everything between head and tail (the pinned user message stays)."""
+        pin = [(self.pin, self.pin + 1)] if self.pin is not None else []
+        self.summarized = _subtract(self.head_end, self.idx.units[self.tail][0], pin)
+        self.summary = summary
+
+    # -- the fit ---------------------------------------------------------------------------------
+    def fit(self, counter: TokenCounter, limit: int) -> tuple[Plan, int]:
+        """The plan, cut further until its view fits ``limit`` tokens, and its view's prompt tokens.
+
+        In order: drop tail units from the oldest (a turn's user message goes with its last unit;
+        the newest unit and the current user message stay), stub the head's tool output, drop the
+        summary. :meth:`minimal` was checked to fit, so this always ends within ``limit``.
+        """
+        idx, msgs, counts = self.idx, self.messages, self.idx.counts
+        summary_msg = summary_message(self.summary) if self.summary is not None else None
+        summary_cost = counter.count_message(summary_msg) if summary_msg is not None else 0
+        tail, pin = self.tail, self.pin
+        pin_cost = self.pin_cost(pin)
+        total = self.fixed + idx.prefix[self.head_end] + summary_cost + pin_cost
+        total += self.cost(idx.units[tail][0], self.n)
+        while total > limit and tail < self.last:
+            total -= self.unit_cost(tail) + pin_cost
+            tail += 1
+            pin = self.pin_for(tail)
+            pin_cost = self.pin_cost(pin)
+            total += pin_cost
+        head_pruned: list[int] = []
+        if total > limit:
+            stubbed = self.stubbed()
+            for i in range(idx.body, self.head_end):
+                if msgs[i].role == "tool":
+                    head_pruned.append(i)
+                    total -= counts[i] - (stubbed[i + 1] - stubbed[i])
+                    if total <= limit:
+                        break
+        if total > limit and summary_msg is not None:
+            total -= summary_cost
+            summary_msg = None
+        if total > limit:  # unreachable: minimal() fits
+            raise AssertionError(f"LLMCompactor fit left {total} tokens over a window of {limit}")
+        return self._plan(tail, pin, head_pruned, summary_msg), total
+
+    def _plan(self, tail: int, pin: int | None, head_pruned: list[int], summary_msg: Message | None) -> Plan:
+        msgs, n = self.messages, self.n
+        tail_start = self.idx.units[tail][0]
+        kept: Ranges = []
+        pos = 0
+        for i in head_pruned:
+            kept.append((pos, i))
+            pos = i + 1
+        kept.append((pos, self.head_end))
+        if pin is not None:
+            kept.append((pin, pin + 1))
+        stale = [i for i in range(tail_start, min(self.stale_end, n)) if msgs[i].role == "tool"]
+        pos = tail_start
+        for i in stale:
+            kept.append((pos, i))
+            pos = i + 1
+        kept.append((pos, n))
+        return Plan(
+            n=n,
+            fp=fingerprint(msgs, n),
+            kept=_merge(kept),
+            pruned=to_ranges([*head_pruned, *stale]),
+            summarized=self.summarized if summary_msg is not None else [],
+            summary=self.summary if summary_msg is not None else None,
+            summary_at=self.head_end,
+            _summary_msg=summary_msg,
+        )
+
+
+def _subtract(start: int, end: int, holes: Ranges) -> Ranges:
+    """``[start, end)`` without the sorted, disjoint ``holes``."""
+    out: Ranges = []
+    pos = start
+    for s, e in holes:
+        if e <= pos or s >= end:
+            continue
+        if s > pos:
+            out.append((pos, s))
+        pos = max(pos, e)
+    if pos < end:
+        out.append((pos, end))
+    return out
+
+
+def _merge(ranges: Ranges) -> Ranges:
+    """Join adjacent ranges: ``[(0, 3), (3, 5)]`` -> ``[(0, 5)]``."""
+    out: Ranges = []
+    for s, e in ranges:
+        if s == e:
+            continue
+        if out and out[-1][1] == s:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def default_conversation_manager(context_window: int | None, max_iterations: int = 20) -> ConversationManager:
+    """What an agent gets without ``conversation_manager=`` (seed 000).
+
+    A model with a known window (registered metadata) gets ``LLMCompactor(context_length=window)``
+    and no summariser; an unknown window gets ``SlidingWindowManager(window_size=max(20,
+    max_iterations * 2))`` — built as its seed-002 subclass ``SlidingWindowConversationManager``, so
+    both seeds' descriptions of the default hold. ``NullManager()`` turns management off.
+    """
+    if context_window:
+        return LLMCompactor(context_length=int(context_window))
+    return SlidingWindowConversationManager(window_size=max(20, max_iterations * 2))

@@ -1,0 +1,68 @@
+"""The conformance suite every checkpointer passes, shipped for your own backends.
+
+tulip_nb's backends (memory, file, S3, Redis, PostgreSQL, MySQL, OpenSearch, HTTP) all run
+:class:`CheckpointerSuite`: round trip of every :class:`~tulip_nb.core.AgentState` field and of
+unknown keys, newest-first listing, lineage, latest after a delete, copy isolation, odd thread
+ids (``/``, ``:``, ``#``, ``..``, unicode), compare-and-swap under races, concurrent saves, honest
+capabilities, verbatim imports, and that a *fresh instance* on the same store (a new process)
+sees every write: same latest, same listing, same metadata.
+
+To run it on a checkpointer of your own (see "Building your own" in the checkpointer docs),
+write a factory that makes one fresh store per test and yields an *opener*, which opens a new
+instance on that store; then subclass the suite in a ``test_*.py`` file (pytest-asyncio runs it)::
+
+    import contextlib
+    from tulip_nb.testing import CheckpointerSuite
+
+    @contextlib.asynccontextmanager
+    async def my_store(tmp_path):
+        data = {}                                   # the store: survives its instances
+
+        @contextlib.asynccontextmanager
+        async def opener():
+            yield DictCheckpointer(data)            # a fresh instance on the same store
+
+        yield opener
+
+    class TestDictCheckpointer(CheckpointerSuite):
+        factory = staticmethod(my_store)
+        supports_delete = False                     # only the three required methods
+        supports_compare_and_swap = False
+        keeps_save_metadata = False
+
+The flags say which parts of the contract beyond ``save`` / ``load`` / ``list_checkpoints`` the
+backend keeps (all on by default); optional operations are checked as its
+:attr:`~tulip_nb.memory.checkpointer.BaseCheckpointer.capabilities` claim, both ways.
+
+This package is for tests: :class:`CheckpointerSuite` imports pytest and pytest-asyncio (on
+first use; ``import tulip_nb`` never imports this package).
+
+>>> from tulip_nb.testing import full_state
+>>> len(full_state().messages)
+10
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tulip_nb.testing._states import ODD_THREAD_IDS, full_state
+
+if TYPE_CHECKING:
+    from tulip_nb.testing._suite import CheckpointerFactory, CheckpointerSuite, Opener, store_view
+
+__all__ = ["CheckpointerFactory", "CheckpointerSuite", "ODD_THREAD_IDS", "Opener", "full_state", "store_view"]
+
+_LAZY = {"CheckpointerFactory", "CheckpointerSuite", "Opener", "store_view"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:  # the suite imports pytest: only when asked for
+        from tulip_nb.testing import _suite
+
+        return getattr(_suite, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)

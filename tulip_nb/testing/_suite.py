@@ -1,0 +1,416 @@
+"""The checkpointer conformance suite as a pytest class: see :mod:`tulip_nb.testing`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import pytest
+import pytest_asyncio
+
+from tulip_nb.core import AgentState, CheckpointConflict, CheckpointNotFound, InvalidThreadId, Message
+from tulip_nb.memory.checkpointer import BaseCheckpointer, Capabilities, Checkpoint
+from tulip_nb.testing._states import ODD_THREAD_IDS, full_state
+
+__all__ = ["CAPABILITY_CALLS", "CheckpointerFactory", "CheckpointerSuite", "Opener", "dump", "store_view"]
+
+Opener = Callable[[], AbstractAsyncContextManager[BaseCheckpointer]]
+"""Opens a new checkpointer instance on one store (as a fresh process would) and closes it after."""
+
+
+class CheckpointerFactory(Protocol):
+    """Sets up one fresh, empty store for a test, yields an :data:`Opener` for it, cleans up after.
+
+    Every instance the opener opens must see the same store: the suite writes through one and
+    re-reads through another. (For a store that lives inside its instance, like
+    ``MemoryCheckpointer``, the opener may yield that one instance.)
+    """
+
+    def __call__(self, tmp_path: Path, /) -> AbstractAsyncContextManager[Opener]: ...
+
+
+def dump(state: AgentState) -> dict[str, Any]:
+    return state.model_dump(mode="json")
+
+
+async def store_view(cp: BaseCheckpointer, thread_id: str, *, with_metadata: bool = True) -> dict[str, Any]:
+    """What a reader sees of one thread: its latest and its listing (with times and metadata)."""
+    infos = await cp.list_checkpoint_infos(thread_id, limit=1000)
+    ckpt = await cp.load_checkpoint(thread_id)
+    if with_metadata:
+        listing: list[Any] = [(i.checkpoint_id, i.created_at, i.metadata) for i in infos]
+    else:
+        listing = [i.checkpoint_id for i in infos]
+    latest = None if ckpt is None else (ckpt.checkpoint_id, dump(ckpt.state))
+    return {"latest": latest, "listing": listing}
+
+
+CAPABILITY_CALLS: dict[str, Callable[[BaseCheckpointer], Awaitable[Any]]] = {
+    "search": lambda cp: cp.search("question", limit=5),
+    "metadata_query": lambda cp: cp.query_by_metadata("step", 1),
+    "vacuum": lambda cp: cp.vacuum(older_than_days=365),
+    "branching": lambda cp: cp.copy_thread("cap", "cap-copy"),
+    "list_threads": lambda cp: cp.list_threads(),
+    "list_with_metadata": lambda cp: cp.list_with_metadata(),
+}
+
+
+class CheckpointerSuite:
+    """Every behaviour a checkpointer must share; subclass it in a ``test_*.py`` to run it.
+
+    Set :attr:`factory` (a :class:`CheckpointerFactory`), or override the ``checkpointer_store``
+    fixture (e.g. parametrised over several backends). The flags below say which parts of the
+    contract beyond the three required methods the backend keeps; a part that is off is skipped.
+    Optional operations are tested as the backend's :attr:`~BaseCheckpointer.capabilities` say.
+    """
+
+    factory: ClassVar[CheckpointerFactory | None] = None
+    supports_delete: ClassVar[bool] = True
+    """``delete`` is implemented (the base class raises ``CapabilityNotSupported``)."""
+    supports_compare_and_swap: ClassVar[bool] = True
+    """``save(expected_parent=...)`` raises ``CheckpointConflict`` when the latest differs."""
+    keeps_save_metadata: ClassVar[bool] = True
+    """Save metadata (with ``parent_checkpoint_id``) and ``put_checkpoint``'s ``created_at`` are
+    stored and listed back (needs ``list_checkpoint_infos`` / ``load_checkpoint`` overridden)."""
+
+    @pytest_asyncio.fixture
+    async def checkpointer_store(self, tmp_path: Path) -> AsyncIterator[Opener]:
+        factory = type(self).factory
+        if factory is None:
+            raise TypeError(f"{type(self).__name__} sets no factory and overrides no checkpointer_store")
+        async with factory(tmp_path) as opener:
+            yield opener
+
+    @pytest_asyncio.fixture
+    async def checkpointer(self, checkpointer_store: Opener) -> AsyncIterator[BaseCheckpointer]:
+        async with checkpointer_store() as cp:
+            yield cp
+
+    @staticmethod
+    def _skip_unless(flag: bool, what: str) -> None:
+        if not flag:
+            pytest.skip(f"backend does not claim {what}")
+
+    async def test_round_trip_every_field_and_unknown_keys(self, checkpointer: BaseCheckpointer) -> None:
+        state = full_state()
+        cid = await checkpointer.save(state, "rt")
+        loaded = await checkpointer.load("rt")
+        assert loaded is not None
+        assert dump(loaded) == dump(state)
+        assert loaded.extra == {"unknown_top_level": {"future": True}}
+        assert loaded.messages[1].model_extra == {"future_key": {"nested": [0]}}
+        assert loaded.messages[-1].tool_calls[0].malformed_arguments == "{not json"
+        assert loaded.tool_executions[0].model_extra == {"exec_extra": "kept"}
+        assert loaded.started_at.tzinfo is not None
+        by_id = await checkpointer.load("rt", cid)
+        assert by_id is not None and dump(by_id) == dump(state)
+
+    async def test_saved_state_is_isolated_from_later_mutation(self, checkpointer: BaseCheckpointer) -> None:
+        state = full_state()
+        await checkpointer.save(state, "iso")
+        state.metadata["user"] = "changed"
+        state.messages.append(Message.user("late"))
+        loaded = await checkpointer.load("iso")
+        assert loaded is not None
+        assert loaded.metadata["user"] == "u42"
+        assert loaded.messages[-1].content == "partial"
+        loaded.metadata["user"] = "again"
+        reloaded = await checkpointer.load("iso")
+        assert reloaded is not None and reloaded.metadata["user"] == "u42"
+
+    async def test_missing_thread_is_none_and_missing_checkpoint_raises(self, checkpointer: BaseCheckpointer) -> None:
+        assert await checkpointer.load("nope") is None
+        assert await checkpointer.list_checkpoints("nope") == []
+        assert not await checkpointer.exists("nope")
+        await checkpointer.save(full_state(), "there")
+        with pytest.raises(CheckpointNotFound) as err:
+            await checkpointer.load("there", "0" * 32)
+        assert err.value.thread_id == "there"
+        assert not await checkpointer.exists("there", "0" * 32)
+
+    async def test_newest_first_listing_and_limit(self, checkpointer: BaseCheckpointer) -> None:
+        ids = [await checkpointer.save(full_state(marker=str(i)), "list") for i in range(5)]
+        assert await checkpointer.list_checkpoints("list") == ids[::-1]
+        assert await checkpointer.list_checkpoints("list", limit=2) == ids[:2:-1][:2] == [ids[4], ids[3]]
+        loaded = await checkpointer.load("list")
+        assert loaded is not None and loaded.messages[1].content == "question 0 4"
+
+    async def test_every_save_records_its_parent(self, checkpointer: BaseCheckpointer) -> None:
+        self._skip_unless(self.keeps_save_metadata, "save metadata")
+        first = await checkpointer.save(full_state(), "lineage", metadata={"step": 1})
+        second = await checkpointer.save(full_state(), "lineage", metadata={"step": 2})
+        infos = await checkpointer.list_checkpoint_infos("lineage")
+        assert [i.checkpoint_id for i in infos] == [second, first]
+        assert infos[0].parent_checkpoint_id == first
+        assert infos[1].parent_checkpoint_id is None
+        assert infos[0].metadata["step"] == 2
+        ckpt = await checkpointer.load_checkpoint("lineage")
+        assert ckpt is not None and ckpt.checkpoint_id == second and ckpt.parent_checkpoint_id == first
+
+    async def test_latest_after_deleting_the_newest(self, checkpointer: BaseCheckpointer) -> None:
+        self._skip_unless(self.supports_delete, "delete")
+        a = await checkpointer.save(full_state(marker="a"), "del")
+        b = await checkpointer.save(full_state(marker="b"), "del")
+        assert await checkpointer.delete("del", b)
+        assert await checkpointer.list_checkpoints("del") == [a]
+        loaded = await checkpointer.load("del")
+        assert loaded is not None and loaded.messages[1].content == "question 0 a"
+        c = await checkpointer.save(full_state(marker="c"), "del")
+        ckpt = await checkpointer.load_checkpoint("del")
+        assert ckpt is not None and ckpt.checkpoint_id == c
+        assert ckpt.parent_checkpoint_id == a or not self.keeps_save_metadata
+        assert await checkpointer.delete("del")
+        assert await checkpointer.load("del") is None
+        assert not await checkpointer.delete("del")
+
+    async def test_copy_thread_is_isolated(self, checkpointer: BaseCheckpointer) -> None:
+        if not checkpointer.capabilities.branching:
+            pytest.skip("backend has no branching")
+        a1 = await checkpointer.save(full_state(marker="1"), "src")
+        a2 = await checkpointer.save(full_state(marker="2"), "src")
+        assert await checkpointer.copy_thread("src", "dst")
+        assert len(await checkpointer.list_checkpoints("dst")) == 2
+        copied = await checkpointer.load("dst")
+        assert copied is not None and dump(copied) == dump(full_state(marker="2"))
+        await checkpointer.save(full_state(marker="3"), "dst")
+        assert await checkpointer.list_checkpoints("src") == [a2, a1]
+        src = await checkpointer.load("src")
+        assert src is not None and src.messages[1].content == "question 0 2"
+        infos = await checkpointer.list_checkpoint_infos("dst")
+        assert infos[1].metadata["copied_from"] == {"thread_id": "src", "checkpoint_id": a2}
+        with pytest.raises(CheckpointConflict):
+            await checkpointer.copy_thread("src", "dst")
+        with pytest.raises(CheckpointNotFound):
+            await checkpointer.copy_thread("missing", "dst2")
+
+    @pytest.mark.parametrize("thread_id", ODD_THREAD_IDS, ids=lambda t: repr(t[:20]))
+    async def test_odd_thread_ids(self, checkpointer: BaseCheckpointer, thread_id: str) -> None:
+        state = full_state(marker=thread_id[:10])
+        cid = await checkpointer.save(state, thread_id)
+        loaded = await checkpointer.load(thread_id)
+        assert loaded is not None and dump(loaded) == dump(state)
+        assert await checkpointer.list_checkpoints(thread_id) == [cid]
+        if checkpointer.capabilities.list_threads:
+            assert await checkpointer.list_threads() == [thread_id]
+        if not self.supports_delete:
+            return
+        assert await checkpointer.delete(thread_id)
+        assert await checkpointer.load(thread_id) is None
+
+    async def test_ids_that_sanitise_alike_never_mix(self, checkpointer: BaseCheckpointer) -> None:
+        ids = ["a#1", "a_1", "a 1", "a/1"]
+        for tid in ids:
+            await checkpointer.save(full_state(marker=tid), tid)
+        for tid in ids:
+            loaded = await checkpointer.load(tid)
+            assert loaded is not None and loaded.messages[1].content == f"question 0 {tid}"
+            assert len(await checkpointer.list_checkpoints(tid)) == 1
+        if checkpointer.capabilities.list_threads:
+            assert sorted(await checkpointer.list_threads()) == sorted(ids)
+        if not self.supports_delete:
+            return
+        await checkpointer.delete("a#1")
+        assert await checkpointer.load("a#1") is None
+        assert await checkpointer.load("a_1") is not None
+
+    @pytest.mark.parametrize("bad", ["", "a\x00b", 42, None])
+    async def test_invalid_thread_ids_are_rejected(self, checkpointer: BaseCheckpointer, bad: Any) -> None:
+        with pytest.raises(InvalidThreadId):
+            await checkpointer.save(full_state(), bad)
+        with pytest.raises(InvalidThreadId):
+            await checkpointer.load(bad)
+
+    async def test_compare_and_swap(self, checkpointer: BaseCheckpointer) -> None:
+        self._skip_unless(self.supports_compare_and_swap, "compare-and-swap")
+        with pytest.raises(CheckpointConflict):
+            await checkpointer.save(full_state(), "cas", expected_parent="not-there")
+        first = await checkpointer.save(full_state(), "cas", expected_parent="")
+        second = await checkpointer.save(full_state(), "cas", expected_parent=first)
+        with pytest.raises(CheckpointConflict) as err:
+            await checkpointer.save(full_state(), "cas", expected_parent=first)
+        assert err.value.expected == first and err.value.actual == second
+        with pytest.raises(CheckpointConflict):
+            await checkpointer.save(full_state(), "cas", expected_parent="")
+        assert await checkpointer.list_checkpoints("cas") == [second, first]
+
+    async def test_racing_compare_and_swap_has_one_winner(self, checkpointer: BaseCheckpointer) -> None:
+        self._skip_unless(self.supports_compare_and_swap, "compare-and-swap")
+        base = await checkpointer.save(full_state(), "race")
+        results = await asyncio.gather(
+            *(checkpointer.save(full_state(marker=str(i)), "race", expected_parent=base) for i in range(8)),
+            return_exceptions=True,
+        )
+        winners = [r for r in results if isinstance(r, str)]
+        assert len(winners) == 1
+        assert all(isinstance(r, CheckpointConflict) for r in results if not isinstance(r, str))
+
+    async def test_concurrent_saves_lose_nothing(self, checkpointer: BaseCheckpointer) -> None:
+        async def one(i: int) -> tuple[str, str]:
+            tid = f"conc-{i % 20}"
+            return tid, await checkpointer.save(full_state(n_turns=1, marker=str(i)), tid)
+
+        saved = await asyncio.gather(*(one(i) for i in range(200)))
+        for t in range(20):
+            tid = f"conc-{t}"
+            mine = {cid for th, cid in saved if th == tid}
+            infos = await checkpointer.list_checkpoint_infos(tid, limit=100)
+            assert {i.checkpoint_id for i in infos} == mine and len(mine) == 10
+            if self.keeps_save_metadata:  # saves to one thread are totally ordered: one chain
+                parents = [i.parent_checkpoint_id for i in infos]
+                assert parents == [i.checkpoint_id for i in infos[1:]] + [None]
+            for info in infos[:3]:
+                assert await checkpointer.load(tid, info.checkpoint_id) is not None
+
+    @pytest.mark.parametrize("capability", sorted(CAPABILITY_CALLS))
+    async def test_capabilities_are_honest_both_ways(self, checkpointer: BaseCheckpointer, capability: str) -> None:
+        caps = checkpointer.capabilities
+        assert isinstance(caps, Capabilities)
+        await checkpointer.save(full_state(), "cap", metadata={"step": 1})
+        call = CAPABILITY_CALLS[capability]
+        if getattr(caps, capability):
+            await call(checkpointer)
+        else:
+            with pytest.raises(NotImplementedError, match=capability):
+                await call(checkpointer)
+
+    async def test_capability_results(self, checkpointer: BaseCheckpointer) -> None:
+        caps = checkpointer.capabilities
+        await checkpointer.save(full_state(marker="alpha"), "t-alpha", metadata={"tag": "x"})
+        await checkpointer.save(full_state(marker="beta"), "t-beta", metadata={"tag": "y"})
+        if caps.list_threads:
+            assert await checkpointer.list_threads(pattern="t-a*") == ["t-alpha"]
+            assert await checkpointer.list_threads(limit=1) == ["t-alpha"]
+        if caps.search:
+            hits = await checkpointer.search("question beta")
+            assert [h["thread_id"] for h in hits] == ["t-beta"]
+            assert await checkpointer.search("zzz-nothing") == []
+        if caps.metadata_query:
+            rows = await checkpointer.query_by_metadata("tag", "y")
+            assert [r["thread_id"] for r in rows] == ["t-beta"]
+            assert (await checkpointer.get_metadata("t-alpha") or {})["tag"] == "x"
+            rows = await checkpointer.query_by_metadata("user", "u42")  # state metadata
+            assert {r["thread_id"] for r in rows} == {"t-alpha", "t-beta"}
+        if caps.list_with_metadata:
+            rows = await checkpointer.list_with_metadata()
+            assert [r["thread_id"] for r in rows] == ["t-beta", "t-alpha"]
+            assert rows[0]["metadata"]["tag"] == "y"
+        if caps.vacuum:
+            assert await checkpointer.vacuum(older_than_days=30) == 0
+            assert await checkpointer.vacuum(older_than_days=-1) == 2
+            assert await checkpointer.load("t-alpha") is None
+
+    async def test_put_checkpoint_writes_verbatim(self, checkpointer: BaseCheckpointer) -> None:
+        """An import keeps ids, created_at and save metadata exactly; latest is the newest created_at."""
+        self._skip_unless(self.keeps_save_metadata, "verbatim put_checkpoint")
+        t0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+        stamps = {"c-old": t0, "c-mid": t0.replace(minute=5), "c-new": t0.replace(hour=13)}
+        metas: dict[str, dict[str, Any]] = {
+            "c-old": {"source": "import", "nested": {"k": [1, 2]}},  # no parent_checkpoint_id: none added
+            "c-mid": {"parent_checkpoint_id": "c-old", "step": 2},
+            "c-new": {"parent_checkpoint_id": "c-mid", "forked_from": "x"},
+        }
+        tid = "imp/ort:1"
+        for cid in ("c-new", "c-old", "c-mid"):  # out of order on purpose
+            await checkpointer.put_checkpoint(Checkpoint(cid, tid, stamps[cid], full_state(marker=cid), metas[cid]))
+        infos = await checkpointer.list_checkpoint_infos(tid)
+        assert [i.checkpoint_id for i in infos] == ["c-new", "c-mid", "c-old"]
+        assert {i.checkpoint_id: i.created_at for i in infos} == stamps
+        assert {i.checkpoint_id: i.metadata for i in infos} == metas
+        for cid in stamps:
+            ckpt = await checkpointer.load_checkpoint(tid, cid)
+            assert ckpt is not None and ckpt.created_at == stamps[cid] and ckpt.metadata == metas[cid]
+            assert dump(ckpt.state) == dump(full_state(marker=cid))
+        latest = await checkpointer.load(tid)
+        assert latest is not None and dump(latest) == dump(full_state(marker="c-new"))
+        # putting the same id again replaces it: nothing duplicated
+        await checkpointer.put_checkpoint(
+            Checkpoint("c-mid", tid, stamps["c-mid"], full_state(marker="z"), metas["c-mid"])
+        )
+        assert await checkpointer.list_checkpoints(tid) == ["c-new", "c-mid", "c-old"]
+        again = await checkpointer.load(tid, "c-mid")
+        assert again is not None and dump(again) == dump(full_state(marker="z"))
+        # a normal save afterwards continues the lineage from the newest
+        cid = await checkpointer.save(full_state(), tid)
+        infos = await checkpointer.list_checkpoint_infos(tid)
+        assert infos[0].checkpoint_id == cid and infos[0].parent_checkpoint_id == "c-new"
+        assert infos[0].created_at > stamps["c-new"]
+
+    # -- every write is seen by a fresh instance ------------------------------------------------
+    async def _same_through_a_fresh_instance(
+        self, cp: BaseCheckpointer, opener: Opener, *thread_ids: str, step: str
+    ) -> None:
+        caps = cp.capabilities
+        meta = self.keeps_save_metadata
+        async with opener() as fresh:
+            for tid in thread_ids:
+                mine, theirs = (
+                    await store_view(cp, tid, with_metadata=meta),
+                    await store_view(fresh, tid, with_metadata=meta),
+                )
+                assert theirs == mine, f"after {step}: a fresh instance sees {tid!r} differently"
+                if mine["listing"]:  # the latest is the newest of the listing
+                    newest = mine["listing"][0][0] if meta else mine["listing"][0]
+                    assert mine["latest"][0] == newest, f"after {step}: latest is not the newest of {tid!r}"
+            if caps.list_threads:
+                assert await fresh.list_threads() == await cp.list_threads(), f"after {step}: list_threads"
+            if caps.list_with_metadata:
+                assert await fresh.list_with_metadata() == await cp.list_with_metadata(), f"after {step}"
+
+    async def test_a_fresh_instance_sees_every_write(
+        self, checkpointer: BaseCheckpointer, checkpointer_store: Opener
+    ) -> None:
+        """Save, put (also replacing a checkpoint under its id), copy, delete and vacuum all reach
+        every index a fresh process reads: same latest, same listing, same metadata."""
+        cp, same = checkpointer, self._same_through_a_fresh_instance
+        a1 = await cp.save(full_state(marker="a1"), "w", metadata={"step": 1})
+        a2 = await cp.save(full_state(marker="a2"), "w", metadata={"step": 2})
+        await same(cp, checkpointer_store, "w", step="save")
+        infos = await cp.list_checkpoint_infos("w")
+        older = min(i.created_at for i in infos) - timedelta(days=1)
+        await cp.put_checkpoint(Checkpoint(a2, "w", older, full_state(marker="r"), {"replaced": True}))
+        await same(cp, checkpointer_store, "w", step="put_checkpoint replacing the latest")
+        t0 = datetime(2025, 1, 1, tzinfo=UTC)
+        for cid, hours in (("p2", 2), ("p1", 1), ("p3", 3)):
+            await cp.put_checkpoint(
+                Checkpoint(cid, "p", t0 + timedelta(hours=hours), full_state(marker=cid), {"h": hours})
+            )
+        await same(cp, checkpointer_store, "w", "p", step="put_checkpoint")
+        threads = ["w", "p"]
+        if cp.capabilities.branching:
+            assert await cp.copy_thread("w", "w-copy")
+            threads.append("w-copy")
+            await same(cp, checkpointer_store, *threads, step="copy_thread")
+        if self.supports_delete:
+            assert await cp.delete("w", a1)
+            await same(cp, checkpointer_store, *threads, step="delete of one checkpoint")
+            assert await cp.delete("p")
+            await same(cp, checkpointer_store, *threads, step="delete of a thread")
+        if cp.capabilities.vacuum:
+            await cp.save(full_state(marker="v"), "v")
+            await cp.vacuum(older_than_days=-1)
+            await same(cp, checkpointer_store, *threads, "v", step="vacuum")
+
+    async def test_writes_through_another_instance_are_seen(
+        self, checkpointer: BaseCheckpointer, checkpointer_store: Opener
+    ) -> None:
+        """A long-lived instance notices what another one (another process) wrote, including a
+        checkpoint replaced under the same id."""
+        cid = await checkpointer.save(full_state(marker="one"), "x", metadata={"v": 1})
+        before = await checkpointer.list_checkpoint_infos("x")  # warm every cache
+        async with checkpointer_store() as other:
+            created = before[0].created_at + timedelta(seconds=1)
+            await other.put_checkpoint(Checkpoint(cid, "x", created, full_state(marker="two"), {"v": 2}))
+            second = await other.save(full_state(marker="three"), "x")
+        assert await checkpointer.list_checkpoints("x") == [second, cid]
+        replaced = await checkpointer.load("x", cid)
+        assert replaced is not None and dump(replaced) == dump(full_state(marker="two"))
+        latest = await checkpointer.load("x")
+        assert latest is not None and dump(latest) == dump(full_state(marker="three"))
+        if self.keeps_save_metadata:
+            infos = await checkpointer.list_checkpoint_infos("x")
+            assert infos[1].metadata == {"v": 2} and infos[1].created_at == created
+            assert infos[0].parent_checkpoint_id == cid
