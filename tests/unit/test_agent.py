@@ -450,3 +450,28 @@ def test_default_conversation_manager() -> None:
     compactor = Agent(ScriptedModel(["x"], name="windowed-test-model")).conversation_manager
     assert type(compactor).__name__ == "LLMCompactor"
     assert getattr(compactor, "context_length", 50_000) == 50_000
+
+
+def test_a_hook_method_no_event_calls_is_refused_at_registration() -> None:
+    from tulip_nb.agent import Hooks
+    from tulip_nb.core.errors import UserError
+    from tulip_nb.models import ScriptedModel, text
+
+    class Typo:
+        def on_tool_calls(self, event: object) -> None:  # the event is on_tool_call
+            raise AssertionError("never called")
+
+    with pytest.raises(UserError, match=r"on_tool_calls.*which no event calls"):
+        Agent(ScriptedModel([text("hi")]), hooks=[Typo()])
+
+    seen: list[str] = []
+
+    class Printer(Hooks):
+        def on_model_call(self, event: object) -> None:
+            seen.append("model")
+
+    agent = Agent(ScriptedModel([text("hi")]), hooks=[Printer()])
+    agent.run_sync("hello")
+    assert seen == ["model"]
+    with pytest.raises(UserError):
+        agent.clone(hooks=[Typo()])

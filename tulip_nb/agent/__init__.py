@@ -18,7 +18,7 @@ from __future__ import annotations
 from tulip_nb._sync import run_sync
 from tulip_nb.agent.agent import Agent, AgentBase
 from tulip_nb.agent.errors import AgentError, NotACheckpointer, NothingToResume, ResumeNeedsResponse
-from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, IterationDone, ModelCall, ToolCalled
+from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, Hooks, IterationDone, ModelCall, ToolCalled
 from tulip_nb.agent.result import AgentResult, PendingInterrupt, Step, StopReason
 from tulip_nb.memory.conversation.base import ConversationManager, NullConversationManager, NullManager
 from tulip_nb.tools import Interrupt, Tool, tool
@@ -31,6 +31,7 @@ __all__ = [
     "CheckpointLoaded",
     "CheckpointSaved",
     "ConversationManager",
+    "Hooks",
     "Interrupt",
     "IterationDone",
     "ModelCall",

@@ -43,7 +43,7 @@ from tulip_nb.agent._checks import check_checkpointer
 from tulip_nb.agent._loop import TurnRunner, snapshot
 from tulip_nb.agent._turn import coerce_messages, pending_calls, run_info, start_turn
 from tulip_nb.agent.errors import NothingToResume, ResumeNeedsResponse
-from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, emit
+from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, check_hooks, emit
 from tulip_nb.agent.result import AgentResult, Step
 from tulip_nb.core import utcnow
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
@@ -122,7 +122,7 @@ class Agent(AgentBase):
         self._manager = conversation_manager
         self.max_iterations = max_iterations
         self.checkpoint_every_n_iterations = checkpoint_every_n_iterations
-        self.hooks: tuple[Any, ...] = tuple(hooks)
+        self.hooks: tuple[Any, ...] = check_hooks(hooks)
         self.agent_id = agent_id
         self.strict_concurrency = strict_concurrency
         # In-memory conversations: the thread-less one (key None), threads run without a
@@ -451,7 +451,7 @@ class Agent(AgentBase):
         twin._local = {None: snapshot(preloaded)} if preloaded is not None else {}
         twin._override = {}
         twin._current = None
-        twin.hooks = (*self.hooks, *hooks)
+        twin.hooks = check_hooks((*self.hooks, *hooks))
         if strict_concurrency is not None:
             twin.strict_concurrency = strict_concurrency
         return twin

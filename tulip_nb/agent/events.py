@@ -18,6 +18,9 @@ A hook is any object with some of these methods (sync or async); each gets one e
 ``on_interrupt_answered``    :class:`InterruptAnswered` — ``resume(response=...)`` answered it
 ===========================  =====================================================================
 
+Subclass :class:`Hooks` for typed no-op defaults. An ``on_*`` method that no event calls (a typo
+such as ``on_tool_calls``) is refused when the hook is registered, not silently never called.
+
 Events are frozen dataclasses holding immutable values (tuples of frozen messages), so a hook
 cannot change the run by accident. Application data belongs in ``state.metadata``.
 """
@@ -27,20 +30,25 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
+from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import ToolExecution
 from tulip_nb.models.base import Usage
 
 __all__ = [
+    "HOOK_NAMES",
     "CheckpointLoaded",
     "CheckpointSaved",
+    "HookName",
+    "Hooks",
     "InterruptAnswered",
     "InterruptRaised",
     "IterationDone",
     "ModelCall",
     "ToolCalled",
+    "check_hooks",
     "emit",
 ]
 
@@ -116,7 +124,67 @@ class InterruptAnswered:
     response: Any
 
 
-async def emit(hooks: Sequence[Any], name: str, event: Any) -> None:
+HookName = Literal[
+    "on_checkpoint_saved",
+    "on_checkpoint_loaded",
+    "on_model_call",
+    "on_tool_call",
+    "on_iteration",
+    "on_interrupt",
+    "on_interrupt_answered",
+]
+"""The events an agent emits (the table in the module docstring)."""
+
+HOOK_NAMES: frozenset[str] = frozenset(get_args(HookName))
+
+
+class Hooks:
+    """A base for hooks: every event method, as a no-op. Subclass it and override what you need
+    (any object with some of these methods works too; the names are checked either way)::
+
+        class Printer(Hooks):
+            def on_tool_call(self, event: ToolCalled) -> None:
+                print(event.call.name, "->", event.error or event.result)
+    """
+
+    def on_checkpoint_saved(self, event: CheckpointSaved) -> Any:
+        """After every save."""
+
+    def on_checkpoint_loaded(self, event: CheckpointLoaded) -> Any:
+        """After a thread is rehydrated."""
+
+    def on_model_call(self, event: ModelCall) -> Any:
+        """The request exactly as sent, and the response."""
+
+    def on_tool_call(self, event: ToolCalled) -> Any:
+        """One tool call's outcome."""
+
+    def on_iteration(self, event: IterationDone) -> Any:
+        """The end of one Think -> Execute iteration."""
+
+    def on_interrupt(self, event: InterruptRaised) -> Any:
+        """A tool asked a human; the turn stops."""
+
+    def on_interrupt_answered(self, event: InterruptAnswered) -> Any:
+        """``resume(response=...)`` answered the pending question."""
+
+
+def check_hooks(hooks: Sequence[Any]) -> tuple[Any, ...]:
+    """``hooks`` as a tuple, refusing a hook with an ``on_*`` method no event has (a typo such
+    as ``on_tool_calls`` would otherwise never fire)."""
+    out = tuple(hooks)
+    for hook in out:
+        names = [n for n in dir(hook) if n.startswith("on_") and callable(getattr(hook, n, None))]
+        unknown = sorted(set(names) - HOOK_NAMES - set(getattr(hook, "extra_hook_methods", ())))
+        if unknown:
+            raise UserError(
+                f"hook {hook!r} has {', '.join(unknown)}, which no event calls; the events are "
+                f"{', '.join(sorted(HOOK_NAMES))} (name other methods without the on_ prefix)"
+            )
+    return out
+
+
+async def emit(hooks: Sequence[Any], name: HookName, event: Any) -> None:
     """Call ``hook.<name>(event)`` on every hook that has it, awaiting async ones."""
     for hook in hooks:
         method = getattr(hook, name, None)

@@ -56,6 +56,8 @@ class StreamHook:
     after an interrupting one never "starts").
     """
 
+    extra_hook_methods = ("on_step",)  # called by the server after each step, not an agent event
+
     def __init__(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
         self.queue = queue
         self._batch: list[ToolCall] = []
