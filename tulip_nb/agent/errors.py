@@ -15,6 +15,8 @@ Tool failures never raise: they become error results the model reads. Model fail
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from tulip_nb.core.errors import TulipNBError, UserError
 
 __all__ = ["AgentError", "NotACheckpointer", "NothingToResume", "ResumeNeedsResponse"]
@@ -27,9 +29,13 @@ class AgentError(TulipNBError):
 class NothingToResume(UserError):
     """``resume()`` on a thread that has neither a pending interrupt nor an unfinished turn."""
 
+    http_status: ClassVar[int] = 404
+
 
 class ResumeNeedsResponse(UserError):
     """An interrupt needs an answer to resume, and an unfinished turn takes none."""
+
+    http_status: ClassVar[int] = 409
 
 
 class NotACheckpointer(UserError, TypeError):

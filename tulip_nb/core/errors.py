@@ -20,13 +20,17 @@
     └── CapabilityNotSupported       an optional operation this backend does not offer
                                      (also a ``NotImplementedError``)
 
+Each class has the HTTP status a server answers it with (``http_status``: 400 user error, 422
+invalid thread id or corrupt data, 404, 409, 503, 501, 500 otherwise); :func:`problem_from` is the
+one mapping both servers use, and the HTTP client maps such responses back to the class.
+
 Every error carries the context it knows (``thread_id``, ``checkpoint_id``, ``path``) as
 attributes, and its message names them, so a traceback says what was wrong and where.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "BackendUnavailable",
@@ -40,11 +44,15 @@ __all__ = [
     "MissingDependency",
     "TulipNBError",
     "UserError",
+    "problem_from",
 ]
 
 
 class TulipNBError(Exception):
     """Root of every error tulip_nb raises on purpose."""
+
+    http_status: ClassVar[int] = 500
+    """The HTTP status a server answers this error with (:func:`problem_from`); subclasses set theirs."""
 
     def __init__(
         self,
@@ -78,9 +86,15 @@ class TulipNBError(Exception):
 class UserError(TulipNBError):
     """The API was called wrongly; fix the call, not the data."""
 
+    http_status: ClassVar[int] = 400
+    """Bad request."""
+
 
 class InvalidThreadId(UserError, ValueError):
     """A thread id that cannot be stored safely (empty, contains NUL, escapes the store)."""
+
+    http_status: ClassVar[int] = 422
+    """An identifier the server will not store."""
 
 
 class CheckpointError(TulipNBError):
@@ -90,9 +104,15 @@ class CheckpointError(TulipNBError):
 class CheckpointNotFound(CheckpointError, LookupError):
     """An explicitly requested checkpoint (or thread) does not exist."""
 
+    http_status: ClassVar[int] = 404
+    """Not found."""
+
 
 class CheckpointCorrupt(CheckpointError):
     """Stored bytes that do not decode to a valid checkpoint (truncated, invalid JSON, bad fields)."""
+
+    http_status: ClassVar[int] = 422
+    """Stored data that does not decode."""
 
 
 class CheckpointConflict(CheckpointError):
@@ -101,6 +121,9 @@ class CheckpointConflict(CheckpointError):
     ``expected`` is what the caller passed as ``expected_parent``; ``actual`` is the thread's
     latest checkpoint id at the time of the save (``None`` for an empty thread).
     """
+
+    http_status: ClassVar[int] = 409
+    """Conflict: the thread moved on."""
 
     def __init__(
         self,
@@ -120,6 +143,9 @@ class BackendUnavailable(TulipNBError, OSError):
 
     Never turned into "no thread": a storage outage is an error.
     """
+
+    http_status: ClassVar[int] = 503
+    """The store behind the server is unavailable."""
 
 
 class MissingDependency(TulipNBError, ImportError):
@@ -159,6 +185,9 @@ class ContextWindowExceeded(TulipNBError):
     may then be ``None`` (the provider did not say).
     """
 
+    http_status: ClassVar[int] = 422
+    """The request cannot fit the model's window."""
+
     def __init__(
         self,
         message: str | None = None,
@@ -197,8 +226,35 @@ def _restore(cls: type[BaseException], args: tuple[Any, ...], attrs: dict[str, A
 class CapabilityNotSupported(TulipNBError, NotImplementedError):
     """An optional checkpointer operation whose capability flag is off for this backend."""
 
+    http_status: ClassVar[int] = 501
+    """Not implemented by this backend."""
+
     def __init__(self, backend: str, capability: str, operation: str) -> None:
         self.backend = backend
         self.capability = capability
         self.operation = operation
         super().__init__(f"{backend} does not support {operation}() (capability {capability!r} is off)")
+
+
+def problem_from(error: TulipNBError) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and JSON body both servers answer ``error`` with.
+
+    The status is the class's :attr:`~TulipNBError.http_status`; the body is ``{"error": <class
+    name>, "message": ..., "thread_id"/"checkpoint_id" when known}`` plus ``expected``/``actual``
+    for a :class:`CheckpointConflict` and ``capability`` for :class:`CapabilityNotSupported`.
+    :class:`~tulip_nb.memory.backends.HTTPCheckpointer` turns such a response back into the class.
+
+    >>> problem_from(CheckpointNotFound("no such checkpoint", thread_id="t"))
+    (404, {'error': 'CheckpointNotFound', 'message': 'no such checkpoint', 'thread_id': 't'})
+    """
+    body: dict[str, Any] = {"error": type(error).__name__, "message": error.message}
+    if isinstance(error, CapabilityNotSupported):
+        body["message"] = str(error)
+        body["capability"] = error.capability
+    for key in ("thread_id", "checkpoint_id"):
+        value = getattr(error, key, None)
+        if value is not None:
+            body[key] = value
+    if isinstance(error, CheckpointConflict):
+        body.update({k: v for k, v in (("expected", error.expected), ("actual", error.actual)) if v is not None})
+    return type(error).http_status, body

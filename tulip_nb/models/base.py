@@ -16,7 +16,7 @@ Anything with that shape works (:class:`Model` is a ``Protocol``). In-tree: ``Sc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from tulip_nb.core import errors
 from tulip_nb.core.errors import TulipNBError
@@ -67,6 +67,8 @@ class Model(Protocol):
 
 class ModelError(TulipNBError):
     """A model call failed (provider error, bad response)."""
+
+    http_status: ClassVar[int] = 502
 
 
 class ModelHTTPError(ModelError):

@@ -55,17 +55,16 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tulip_nb.agent.errors import NothingToResume, ResumeNeedsResponse
 from tulip_nb.agent.result import AgentResult, Step
 from tulip_nb.core.errors import (
     BackendUnavailable,
     CapabilityNotSupported,
     CheckpointConflict,
     CheckpointCorrupt,
-    CheckpointNotFound,
     InvalidThreadId,
     TulipNBError,
     UserError,
+    problem_from,
 )
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 from tulip_nb.models.base import ModelError
@@ -132,31 +131,39 @@ def _path_parts(scope: Scope) -> list[str]:
 
 
 def _problem_for(e: BaseException, thread_id: str | None) -> HTTPProblem:
-    """The response for an exception of a run; the storage id never leaves the server."""
+    """The response for an exception of a run; the storage id never leaves the server.
+
+    The status is the error class's own (:func:`~tulip_nb.core.errors.problem_from`); what this
+    server adds is its wording: a conflict says to retry, an invalid id names the field, an outage
+    and a model failure hide their details, anything unexpected gets a ``correlation_id``.
+    """
     where = {"thread_id": thread_id} if thread_id is not None else {}
     if isinstance(e, HTTPProblem):
         return e
+    if (
+        not isinstance(e, TulipNBError)
+        or isinstance(e, CheckpointCorrupt)
+        or (
+            type(e).http_status >= 500 and not (isinstance(e, BackendUnavailable | CapabilityNotSupported | ModelError))
+        )
+    ):
+        correlation_id = uuid.uuid4().hex
+        log.error("run failed (correlation_id=%s)", correlation_id, exc_info=e)
+        name = type(e).__name__ if isinstance(e, TulipNBError) else "InternalError"
+        return HTTPProblem(500, name, "internal error", correlation_id=correlation_id, **where)
+    status, body = problem_from(e)
+    name, message = body["error"], body["message"]
     if isinstance(e, CheckpointConflict):
-        msg = "the thread was changed by another run meanwhile; this run saved nothing — retry"
-        return HTTPProblem(409, "CheckpointConflict", msg, **where)
-    if isinstance(e, NothingToResume | CheckpointNotFound):
-        return HTTPProblem(404, type(e).__name__, e.message, **where)
-    if isinstance(e, ResumeNeedsResponse):
-        return HTTPProblem(409, "ResumeNeedsResponse", e.message, **where)
-    if isinstance(e, InvalidThreadId):
-        return HTTPProblem(422, "ValidationError", e.message, field="thread_id")
-    if isinstance(e, UserError):
-        return HTTPProblem(400, type(e).__name__, e.message, **where)
-    if isinstance(e, BackendUnavailable):
-        return HTTPProblem(503, "BackendUnavailable", "the checkpoint store is unavailable", **where)
-    if isinstance(e, CapabilityNotSupported):
-        return HTTPProblem(501, "CapabilityNotSupported", str(e))
-    if isinstance(e, ModelError):
-        return HTTPProblem(502, type(e).__name__, "the model call failed", **where)
-    correlation_id = uuid.uuid4().hex
-    log.error("run failed (correlation_id=%s)", correlation_id, exc_info=e)
-    name = type(e).__name__ if isinstance(e, CheckpointCorrupt | TulipNBError) else "InternalError"
-    return HTTPProblem(500, name, "internal error", correlation_id=correlation_id, **where)
+        message = "the thread was changed by another run meanwhile; this run saved nothing — retry"
+    elif isinstance(e, InvalidThreadId):
+        return HTTPProblem(status, "ValidationError", e.message, field="thread_id")
+    elif isinstance(e, BackendUnavailable):
+        name, message = "BackendUnavailable", "the checkpoint store is unavailable"
+    elif isinstance(e, CapabilityNotSupported):
+        return HTTPProblem(status, name, message)
+    elif isinstance(e, ModelError):
+        message = "the model call failed"
+    return HTTPProblem(status, name, message, **where)
 
 
 class AgentServer:

@@ -31,8 +31,10 @@ tulip_nb extensions (ignored by tulip; used by :class:`tulip_nb.memory.backends.
     GET    /capabilities                -> {"backend", "capabilities": [...], "extensions": 1}
 
 Errors are JSON ``{"error": <tulip_nb error class>, "message", "thread_id", "checkpoint_id"}`` with
-400 (invalid id or body), 404 (not found), 409 (conflict), 412 (failed precondition), 422 (corrupt
-stored data), 501 (capability off) and 503 (the checkpointer's store is unavailable).
+the class's own status (``http_status``, :func:`tulip_nb.core.errors.problem_from`, the same in the
+AgentServer): 400 (invalid body), 404 (not found), 409 (conflict), 412 (failed precondition), 422
+(invalid thread id, or corrupt stored data), 501 (capability off) and 503 (the checkpointer's store
+is unavailable).
 
 >>> from tulip_nb.memory.backends import FileCheckpointer
 >>> app = checkpoint_app(FileCheckpointer("./threads"))   # then: uvicorn module:app
@@ -52,13 +54,10 @@ from starlette.routing import Route
 
 from tulip_nb.core import iso_offset, parse_datetime
 from tulip_nb.core.errors import (
-    BackendUnavailable,
-    CapabilityNotSupported,
     CheckpointConflict,
-    CheckpointCorrupt,
     CheckpointNotFound,
     TulipNBError,
-    UserError,
+    problem_from,
 )
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
@@ -79,23 +78,8 @@ def _error(status: int, error: str, message: str, **extra: Any) -> Response:
 
 
 def _from_exception(e: TulipNBError) -> Response:
-    status = 500
-    extra: dict[str, Any] = {"thread_id": e.thread_id, "checkpoint_id": e.checkpoint_id}
-    if isinstance(e, CheckpointConflict):
-        status = 409
-        extra.update(expected=e.expected, actual=e.actual)
-    elif isinstance(e, CheckpointNotFound):
-        status = 404
-    elif isinstance(e, CheckpointCorrupt):
-        status = 422
-    elif isinstance(e, UserError):
-        status = 400
-    elif isinstance(e, CapabilityNotSupported):
-        status = 501
-        extra["capability"] = e.capability
-    elif isinstance(e, BackendUnavailable):
-        status = 503
-    return _error(status, type(e).__name__, e.message if status != 501 else str(e), **extra)
+    status, body = problem_from(e)  # the status is the error class's own (core.errors)
+    return _json(body, status)
 
 
 def _envelope_bytes(ckpt: Checkpoint) -> bytes:

@@ -153,18 +153,19 @@ class HTTPCheckpointer(InTreeCheckpointer):
             "thread_id": body.get("thread_id", thread_id),
             "checkpoint_id": body.get("checkpoint_id", checkpoint_id),
         }
+        # The inverse of core.errors.problem_from: each class's own http_status and name.
         status = resp.status_code
-        if status in (409, 412) or kind == "CheckpointConflict":
+        if status in (CheckpointConflict.http_status, 412) or kind == "CheckpointConflict":
             return CheckpointConflict(message, expected=body.get("expected"), actual=body.get("actual"), **ctx)
-        if status == 404 and kind in ("CheckpointNotFound", "ThreadNotFound"):
+        if status == CheckpointNotFound.http_status and kind in ("CheckpointNotFound", "ThreadNotFound"):
             return CheckpointNotFound(message, **ctx)
-        if status == 422 and kind == "CheckpointCorrupt":
+        if status == CheckpointCorrupt.http_status and kind == "CheckpointCorrupt":
             return CheckpointCorrupt(message, path=f"{self.base_url}{resp.request.url.raw_path.decode()}", **ctx)
-        if status == 400 and kind == "InvalidThreadId":
-            return InvalidThreadId(message, **ctx)
-        if status == 400:
+        if status in (InvalidThreadId.http_status, UserError.http_status) and kind == "InvalidThreadId":
+            return InvalidThreadId(message, **ctx)  # 400 from servers older than one status per class
+        if status == UserError.http_status:
             return UserError(f"server refused the request to {action}: {message}", **ctx)
-        if status == 501:
+        if status == CapabilityNotSupported.http_status:
             return CapabilityNotSupported(type(self).__name__, str(body.get("capability", "?")), action)
         return BackendUnavailable(
             f"HTTPCheckpointer could not {action}: HTTP {status} {message}".rstrip(),
