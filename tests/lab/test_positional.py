@@ -383,3 +383,32 @@ def test_file_to_postgresql_copy_is_identical_and_verifies(tmp_path: Path) -> No
     finally:
         asyncio_run(pg.close())
         asyncio_run(drop_pg_table(table))
+
+
+def test_a_result_of_a_changed_call_is_labelled_as_such_not_as_another_call() -> None:
+    """Two threads that part at a call with other arguments: the result row says it answers the
+    changed call; only another position or tool is "another call"."""
+    import asyncio
+
+    from tulip_nb.core import AgentState, Message, ToolCall
+    from tulip_nb.lab import diff_threads
+    from tulip_nb.memory.backends.memory import MemoryCheckpointer
+
+    def thread(order: str, tool: str = "lookup") -> AgentState:
+        return AgentState(
+            messages=[
+                Message.user("where is it?"),
+                Message.assistant(None, [ToolCall(id="call_0", name=tool, arguments={"order": order})]),
+                Message.tool(f"{order}: shipped", tool_call_id="call_0", name=tool),
+            ]
+        )
+
+    cp = MemoryCheckpointer()
+    asyncio.run(cp.save(thread("ord-1"), "a"))
+    asyncio.run(cp.save(thread("ord-2"), "b"))
+    asyncio.run(cp.save(thread("ord-1", tool="track"), "c"))
+    rows = diff_threads("a", "b", checkpointer=cp).to_frame()
+    result = rows[rows["index_a"] == 2].iloc[0]
+    assert "answers the changed call" in result["details"] and "answers another call" not in result["details"]
+    other = diff_threads("a", "c", checkpointer=cp).to_frame()
+    assert "answers another call" in other[other["index_a"] == 2].iloc[0]["details"]

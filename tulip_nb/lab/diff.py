@@ -116,8 +116,12 @@ def _details(a: Message, b: Message, where: tuple[Answered, int, Answered, int] 
         out.append(f"name {a.name!r} -> {b.name!r}")
     if a.role == "tool" and where is not None:
         side_a, i, side_b, j = where
-        if _answers(side_a, i) != _answers(side_b, j):
-            out.append("answers another call")
+        got_a, got_b = _answers(side_a, i), _answers(side_b, j)
+        if got_a != got_b:
+            # the same position and tool with other arguments is the changed call (reported on its
+            # assistant row); another position or tool is a result answering a different call
+            same = got_a is not None and got_b is not None and got_a[:2] == got_b[:2]
+            out.append("answers the changed call" if same else "answers another call")
     if a.role == "tool" and a.tool_call_id != b.tool_call_id:
         out.append(f"call id {a.tool_call_id!r} -> {b.tool_call_id!r}")
     if not out:
