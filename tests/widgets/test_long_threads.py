@@ -176,3 +176,28 @@ def test_shown_config_line_follows_the_sliders(long: Thread) -> None:
     assert "context_length=4000" in tuner.copy_config()
     tuner.context_length.value = 6000
     assert "context_length=6000" in tuner.config.value
+
+
+def test_checkpoint_mode_reads_headers_and_loads_only_the_checkpoint_shown(long: Thread) -> None:
+    """Switching the player to checkpoints, and stepping through them, loads one state per
+    checkpoint shown — never every state of the thread."""
+    thread = open_thread(long.checkpointer, long.thread_id)
+    assert len(thread.infos) > 100
+    loads: list[str | None] = []
+    cp = thread.checkpointer
+    real = cp.load_checkpoint
+
+    async def counting(thread_id: str, checkpoint_id: str | None = None) -> Any:
+        loads.append(checkpoint_id)
+        return await real(thread_id, checkpoint_id)
+
+    cp.load_checkpoint = counting  # type: ignore[method-assign]
+    try:
+        player = ReplayPlayer(thread)
+        player.mode.value = "checkpoints"
+        assert "checkpoint 1 of" in player.view.value
+        player.controller.seek(5)
+        assert "checkpoint 6 of" in player.controller.html()
+    finally:
+        del cp.load_checkpoint  # type: ignore[method-assign]
+    assert len(loads) <= 2, loads

@@ -207,10 +207,14 @@ class PlayerController:
         return head + div + aligned_html(history, view, rows)
 
     def _checkpoint_html(self) -> str:
-        history = self.thread.history
-        if not history:
+        # The positions come from the headers (oldest first); only the checkpoint shown is loaded,
+        # so a thread of thousands of checkpoints switches mode as fast as it shows one.
+        infos = self.thread.infos
+        if not infos:
             return note("no checkpoints")
-        ck = history[self.position]
+        info = infos[len(infos) - 1 - self.position]
+        ck = self.thread.checkpoint(info.checkpoint_id)
+        history = infos
         msgs = ck.state.messages
         rows = [(str(i), message_cell(m)) for i, m in enumerate(msgs[-12:], start=max(0, len(msgs) - 12))]
         head = note(
