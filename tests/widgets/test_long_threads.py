@@ -201,3 +201,25 @@ def test_checkpoint_mode_reads_headers_and_loads_only_the_checkpoint_shown(long:
     finally:
         del cp.load_checkpoint  # type: ignore[method-assign]
     assert len(loads) <= 2, loads
+
+
+def test_thread_browser_over_a_corpus_is_bounded() -> None:
+    import asyncio
+
+    from tulip_nb.core import AgentState
+    from tulip_nb.lab.controllers import BrowserController
+    from tulip_nb.lab.controllers.panels import BROWSER_ROWS
+
+    cp = MemoryCheckpointer()
+
+    async def fill() -> None:
+        for t in range(BROWSER_ROWS + 50):
+            await cp.save(AgentState(messages=[Message.user(f"case {t}")]), f"case-{t:03d}")
+
+    asyncio.run(fill())
+    b = BrowserController(cp)
+    html = b.html()
+    assert bounded(html) and html.count("<code>") == BROWSER_ROWS
+    assert f"{BROWSER_ROWS + 50} of {BROWSER_ROWS + 50} threads" in html and "50 more rows" in html
+    b.set_filter("case-00*")
+    assert b.html().count("<code>") == 10 and "more rows" not in b.html()

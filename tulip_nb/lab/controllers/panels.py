@@ -22,7 +22,7 @@ from tulip_nb.core.messages import Message
 from tulip_nb.lab._common import esc, run, short
 from tulip_nb.lab._window import Window, over_window, window_for
 from tulip_nb.lab.controllers._aligned import AlignedRow, aligned_html, aligned_rows
-from tulip_nb.lab.controllers._html import message_cell, note, png_tag, scroll_box, table
+from tulip_nb.lab.controllers._html import message_cell, more_note, note, png_tag, scroll_box, table
 from tulip_nb.lab.diff import ThreadDiff, diff_threads
 from tulip_nb.lab.export import REPORT_COLUMNS, aexport_threads, open_checkpointer
 from tulip_nb.lab.plots import plot_token_usage, to_png
@@ -82,7 +82,8 @@ class BrowserController:
         return open_thread(self.checkpointer, thread_id)
 
     def html(self, selected: str | None = None) -> str:
-        rows = self.rows
+        matching = self.rows
+        rows = matching.head(BROWSER_ROWS)  # a corpus of thousands stays one bounded, scrolling table
         cells = [
             (
                 f"<code>{esc(r.thread_id)}</code>",
@@ -95,9 +96,16 @@ class BrowserController:
             for r in rows.itertuples()
         ]
         marks = ["summary" if r.thread_id == selected else "" for r in rows.itertuples()]
-        head = note(f"{len(rows)} of {len(self.frame)} threads" + (f" matching {self.filter}" if self.filter else ""))
+        head = note(
+            f"{len(matching)} of {len(self.frame)} threads" + (f" matching {self.filter}" if self.filter else "")
+        )
         headers = ["thread", "checkpoints", "messages", "tokens", "last update", "forked from"]
-        return head + table(headers, cells, marks=marks)
+        more = more_note(len(matching) - len(rows), "filter to narrow the list; .frame has every row")
+        return head + scroll_box(table(headers, cells, marks=marks)) + more
+
+
+BROWSER_ROWS = 200
+"""Threads the browser table shows at most (the rest: narrow with the filter, or ``.frame``)."""
 
 
 # -- replay player ------------------------------------------------------------------------------
