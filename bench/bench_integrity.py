@@ -2,7 +2,7 @@
 
 Same run, same process, interleaved repetitions (``bench.run.measure``), at 2000 messages
 (BENCH.md workload): FileCheckpointer (fsync off and on) and MemoryCheckpointer saves, each once
-with signing and once inside ``signing(False)``. Two save shapes:
+with signing and once built with ``sign=False``. Two save shapes:
 
 - *same messages*: the checkpoint section's case, the same 2000 messages saved again;
 - *+2 messages*: each save appends two new messages first (a turn), the steady state of an agent;
@@ -28,14 +28,13 @@ from bench.run import Case, measure
 from bench.workload import build_state
 from tulip_nb.core import AgentState, Message, state_json_bytes
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
-from tulip_nb.memory.integrity import signing, verify_thread
+from tulip_nb.memory.integrity import verify_thread
 
 
-async def _timed(fn: Callable[[], Awaitable[Any]], signed: bool) -> float:
-    with signing(signed, everywhere=True):
-        t0 = time.perf_counter()
-        await fn()
-        return time.perf_counter() - t0
+async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
+    t0 = time.perf_counter()
+    await fn()
+    return time.perf_counter() - t0
 
 
 async def run(size: int, reps: int) -> list[str]:
@@ -44,7 +43,7 @@ async def run(size: int, reps: int) -> list[str]:
         warm = build_state(size)
         state_json_bytes(warm)  # message bytes cached, as after the agent's earlier saves
         cps = {
-            (kind, signed): FileCheckpointer(tmp / f"{kind}-{signed}", fsync=kind == "fsync")
+            (kind, signed): FileCheckpointer(tmp / f"{kind}-{signed}", fsync=kind == "fsync", sign=signed)
             for kind in ("nofsync", "fsync")
             for signed in (True, False)
         }
@@ -57,23 +56,21 @@ async def run(size: int, reps: int) -> list[str]:
             state.messages.append(Message.assistant(f"answer {counter[0]}: " + "y" * 400))
             return state
 
-        async def cold(cp: FileCheckpointer, signed: bool) -> float:
+        async def cold(cp: FileCheckpointer) -> float:
             fresh = build_state(size)  # untimed: new message objects, nothing cached
             state_json_bytes(fresh)  # ... except their bytes (the agent serialised them before)
-            return await _timed(lambda: cp.save(fresh, "cold"), signed)
+            return await _timed(lambda: cp.save(fresh, "cold"))
 
         cases: dict[str, Case] = {}
         for (kind, signed), cp in cps.items():
             tag = f"{kind} {'signed' if signed else 'unsigned'}"
-            cases[f"file {tag} same"] = lambda cp=cp, s=signed: _timed(lambda: cp.save(warm, "same"), s)
-            cases[f"file {tag} +2"] = lambda cp=cp, s=signed, k=(kind, signed): _timed(
-                lambda: cp.save(grow(growing[k]), "grow"), s
-            )
+            cases[f"file {tag} same"] = lambda cp=cp: _timed(lambda: cp.save(warm, "same"))
+            cases[f"file {tag} +2"] = lambda cp=cp, k=(kind, signed): _timed(lambda: cp.save(grow(growing[k]), "grow"))
             if kind == "nofsync":
-                cases[f"file {tag} cold"] = lambda cp=cp, s=signed: cold(cp, s)
+                cases[f"file {tag} cold"] = lambda cp=cp: cold(cp)
         for signed in (True, False):
             tag = "signed" if signed else "unsigned"
-            cases[f"memory {tag} same"] = lambda s=signed: _timed(lambda: MemoryCheckpointer().save(warm, "m"), s)
+            cases[f"memory {tag} same"] = lambda s=signed: _timed(lambda: MemoryCheckpointer(sign=s).save(warm, "m"))
         res = await measure(cases, reps)
         verify_cp = FileCheckpointer(tmp / "verify", fsync=False)
         await verify_cp.save(warm, "v")

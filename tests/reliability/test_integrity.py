@@ -18,14 +18,14 @@ from tulip_nb.core.messages import ToolCall
 from tulip_nb.core.state import MessageBlobCache, messages_digest
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint
-from tulip_nb.memory.integrity import HASH_KEY, PARENT_HASH_KEY, recompute_hash, signing, verify_thread
+from tulip_nb.memory.integrity import HASH_KEY, PARENT_HASH_KEY, recompute_hash, verify_thread
 from tulip_nb.memory.urls import checkpointer_from_url
 
 from .conftest import drop_table, shared_url
 
 
 @contextlib.asynccontextmanager
-async def backend(kind: str, tmp_path: Path, redis_url: str) -> AsyncIterator[BaseCheckpointer]:
+async def backend(kind: str, tmp_path: Path, redis_url: str, **kwargs: Any) -> AsyncIterator[BaseCheckpointer]:
     url = {
         "memory": "memory:",
         "file": f"file:{tmp_path / 'files'}",
@@ -35,9 +35,9 @@ async def backend(kind: str, tmp_path: Path, redis_url: str) -> AsyncIterator[Ba
         from tests.backends.factories.remote import S3_CREDENTIALS, moto_endpoint, new_bucket
         from tulip_nb.memory.backends.s3 import S3Backend
 
-        cp: BaseCheckpointer = S3Backend(new_bucket(), endpoint_url=moto_endpoint(), **S3_CREDENTIALS)
+        cp: BaseCheckpointer = S3Backend(new_bucket(), endpoint_url=moto_endpoint(), **S3_CREDENTIALS, **kwargs)
     else:
-        cp = checkpointer_from_url(url)
+        cp = checkpointer_from_url(url, **kwargs)
     try:
         yield cp
     finally:
@@ -192,11 +192,29 @@ async def test_jsonb_style_key_reordering_still_verifies() -> None:
     assert recompute_hash((again, shuffled(ck.metadata))) == ck.metadata[HASH_KEY]
 
 
-async def test_signing_can_be_switched_off_for_benchmarks() -> None:
-    cp = MemoryCheckpointer()
-    with signing(False):
-        await cp.save(_state(1), "t")
-    assert HASH_KEY not in (await cp.list_checkpoint_infos("t"))[0].metadata
+@pytest.mark.parametrize("kind", ["memory", "file", "redis", "postgresql", "mysql", "s3"])
+async def test_signing_is_per_checkpointer(kind: str, tmp_path: Path, session_redis: Any) -> None:
+    """``sign=False`` turns signing off for that checkpointer only, not for others in the process."""
+    url = session_redis.url
+    async with backend(kind, tmp_path, url, sign=False) as off, backend(kind, tmp_path / "on", url) as on:
+        assert off.sign is False and on.sign is True
+        await off.save(_state(1), "t-off")
+        await on.save(_state(1), "t-on")
+        await off.save(_state(2), "t-off")
+        await on.save(_state(2), "t-on")
+        assert all(HASH_KEY not in i.metadata for i in await off.list_checkpoint_infos("t-off"))
+        assert all(HASH_KEY in i.metadata for i in await on.list_checkpoint_infos("t-on"))
+        assert {v.status for v in (await verify_thread(off, "t-off")).verdicts} == {"unsigned"}
+        assert (await verify_thread(on, "t-on")).ok
+
+
+async def test_unsigned_save_drops_caller_hash_keys() -> None:
+    """A caller's stale hash keys are never stored by an unsigned checkpointer (they would lie)."""
+    cp = MemoryCheckpointer(sign=False)
+    await cp.save(_state(1), "t", metadata={HASH_KEY: "f" * 64, PARENT_HASH_KEY: None, "k": 1})
+    (info,) = await cp.list_checkpoint_infos("t")
+    assert HASH_KEY not in info.metadata and PARENT_HASH_KEY not in info.metadata
+    assert info.metadata["k"] == 1
 
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)

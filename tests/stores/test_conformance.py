@@ -84,6 +84,7 @@ async def test_list_keys_is_exact_namespace_recent_first(store: BaseStore) -> No
     await store.put(NS, "a", {"k": "a2"})  # re-put moves "a" to the front
     assert await store.list_keys(NS) == ["a", "c", "b"]
     assert await store.list_keys(NS, limit=2) == ["a", "c"]
+    assert await store.list_keys(NS, limit=None) == ["a", "c", "b"]
     assert await store.list_keys(("t1", "nobody")) == []
 
 

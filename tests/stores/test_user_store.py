@@ -25,7 +25,7 @@ class DictStore(BaseStore):
     async def delete(self, namespace: Namespace, key: str) -> bool:
         return self.data.pop((tuple(namespace), key), None) is not None
 
-    async def list_keys(self, namespace: Namespace, limit: int = 100) -> list[str]:
+    async def list_keys(self, namespace: Namespace, limit: int | None = 100) -> list[str]:
         return [k for (ns, k) in reversed(self.data) if ns == tuple(namespace)][:limit]
 
 
@@ -66,7 +66,7 @@ def test_a_store_missing_a_documented_method_is_still_refused() -> None:
         async def get(self, namespace: Namespace, key: str) -> Any | None:
             return None
 
-        async def list_keys(self, namespace: Namespace, limit: int = 100) -> list[str]:
+        async def list_keys(self, namespace: Namespace, limit: int | None = 100) -> list[str]:
             return []
 
     with pytest.raises(TypeError, match="delete"):

@@ -11,7 +11,8 @@ caller's save metadata, in a canonical form that survives any store: each messag
 with sorted keys, the per-message digests are chained in order, the rest of the state and the save
 metadata are hashed as sorted-key JSON. Left out, because copying or importing a thread rewrites them
 legitimately: the checkpoint and thread ids, ``created_at``, ``parent_checkpoint_id`` (the chain
-itself binds the parent, by its hash) and ``copied_from``.
+itself binds the parent, by its hash), ``copied_from`` and ``tulip_nb_pruned`` (written when a prune
+re-links a checkpoint to a surviving ancestor, after it was signed).
 
 Saves hash incrementally: the per-message digests are chained in a running sha256 kept per thread
 in a :class:`~tulip_nb.core.state.MessageBlobCache` (identity-checked, like the message bytes), so
@@ -21,15 +22,13 @@ recomputes everything from scratch to verify.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from tulip_nb.core.keys import ALG_KEY, HASH_KEY, PARENT_HASH_KEY, PARENT_KEY
+from tulip_nb.core.keys import ALG_KEY, HASH_KEY, PARENT_HASH_KEY, PARENT_KEY, PRUNED_KEY
 from tulip_nb.core.state import AgentState, MessageBlobCache, messages_digest
 
 __all__ = [
@@ -39,44 +38,15 @@ __all__ = [
     "PARENT_HASH_KEY",
     "checkpoint_hash",
     "sign_metadata",
-    "signing",
-    "signing_enabled",
 ]
 
 ALG = "sha256-chain/1"
-UNHASHED_KEYS = frozenset((HASH_KEY, PARENT_HASH_KEY, ALG_KEY, PARENT_KEY, "copied_from"))
+UNHASHED_KEYS = frozenset((HASH_KEY, PARENT_HASH_KEY, ALG_KEY, PARENT_KEY, PRUNED_KEY, "copied_from"))
 _TAG = b"tulip_nb checkpoint sha256-chain/1\n"
 _EXCLUDE_MESSAGES = {"messages"}
 
 _DIGESTS = MessageBlobCache(capacity=256)
 """Running message digests for backends that keep no blob cache of their own (digests only)."""
-
-_state = threading.local()
-_disabled_globally = False
-
-
-def signing_enabled() -> bool:
-    """Whether saves in this thread are signed (they are unless inside ``signing(False)``)."""
-    return not (_disabled_globally or getattr(_state, "off", False))
-
-
-@contextlib.contextmanager
-def signing(enabled: bool, *, everywhere: bool = False) -> Iterator[None]:
-    """Turn signing off (or back on) for the saves made inside the block: for benchmarks and tests.
-
-    The switch is per OS thread; backends that save in a worker thread (``FileCheckpointer``) need
-    ``everywhere=True``, which flips it process-wide for the duration.
-    """
-    global _disabled_globally
-    before, before_global = getattr(_state, "off", False), _disabled_globally
-    _state.off = not enabled
-    if everywhere:
-        _disabled_globally = not enabled
-    try:
-        yield
-    finally:
-        _state.off = before
-        _disabled_globally = before_global
 
 
 def _canonical(data: bytes | bytearray) -> bytes:
@@ -125,16 +95,18 @@ def sign_metadata(
     latest_metadata: Mapping[str, Any] | None,
     key: str,
     cache: MessageBlobCache | None = None,
+    sign: bool = True,
 ) -> dict[str, Any]:
     """Add the three hash keys to ``meta`` (the save metadata about to be stored) and return it.
 
     The parent's hash is the thread latest's ``tulip_nb_hash`` (``latest_metadata``, which the
     backend read in the same critical section that chose the parent), unless the caller named
     another parent (a fork, an import): then the caller's ``tulip_nb_parent_hash``, if any.
+    With ``sign=False`` (a checkpointer built with ``sign=False``) the three keys are only removed.
     """
     for k in (HASH_KEY, PARENT_HASH_KEY, ALG_KEY):
         meta.pop(k, None)
-    if not signing_enabled():
+    if not sign:
         return meta
     parent = meta.get(PARENT_KEY)
     if given is not None and PARENT_KEY in given and parent != latest_id:

@@ -280,7 +280,7 @@ class AuditTrail:
         """Every stored entry as parsed (a torn or unparsable line becomes its bytes)."""
         if self.path is not None:
             return await asyncio.to_thread(self._read_file)
-        keys = sorted(k for k in await self.store.list_keys(self.namespace, limit=10**9) if k != "head")
+        keys = sorted(k for k in await self.store.list_keys(self.namespace, limit=None) if k != "head")
         values = [await self.store.get(self.namespace, k) for k in keys]
         return values
 

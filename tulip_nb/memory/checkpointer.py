@@ -193,6 +193,7 @@ def save_metadata(
     parent_metadata: Mapping[str, Any] | None = None,
     thread_id: str | None = None,
     cache: MessageBlobCache | None = None,
+    sign: bool = True,
 ) -> dict[str, Any]:
     """The save metadata to store: the caller's keys plus ``parent_checkpoint_id``, signed.
 
@@ -204,7 +205,11 @@ def save_metadata(
     this inside its critical section; a custom checkpointer does the same to sign its saves::
 
         meta = save_metadata(metadata, latest_id, state=state, parent_metadata=latest_meta,
-                             thread_id=thread_id)
+                             thread_id=thread_id, sign=self.sign)
+
+    ``sign=False`` (each built-in checkpointer takes it as a constructor argument) stores no hash
+    keys, for benchmarks or a store whose writers are all trusted; such saves verify as
+    ``unsigned``.
     """
     out = dict(metadata) if metadata else {}
     out.setdefault(PARENT_KEY, parent)
@@ -217,6 +222,7 @@ def save_metadata(
             latest_metadata=parent_metadata,
             key=thread_id,
             cache=cache,
+            sign=sign,
         )
     return out
 
@@ -273,6 +279,10 @@ def next_created_at(latest: datetime | None) -> datetime:
 
 class BaseCheckpointer(ABC):
     """Persists :class:`~tulip_nb.core.AgentState` per thread; see the module docstring."""
+
+    sign: bool = True
+    """Whether saves add the hash chain (:mod:`tulip_nb.memory.integrity`); the built-in
+    checkpointers take ``sign=`` in their constructor, a subclass may set it too."""
 
     # -- capabilities -------------------------------------------------------------------------
     @property
@@ -418,6 +428,51 @@ class BaseCheckpointer(ABC):
     async def vacuum(self, older_than_days: float = 30) -> int:
         """Delete checkpoints older than ``older_than_days`` (capability ``vacuum``)."""
         raise self._unimplemented("vacuum", "vacuum")
+
+    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
+        """Drop checkpoints the thread no longer needs; returns how many were dropped.
+
+        By default, the iteration (mid-turn) checkpoints of every turn that has ended, which is what
+        tulip does itself; ``keep_last=N`` keeps the N newest checkpoints and ``keep_turn_ends``
+        whether every turn end is kept too (rules: :mod:`tulip_nb.memory.retention`, which reads
+        headers only). Survivors whose parent goes are re-linked to their nearest surviving
+        ancestor first, recording the cut, so :func:`~tulip_nb.memory.integrity.verify_thread`
+        still accepts the thread, and a prune interrupted by a crash can simply be run again.
+
+        A backend re-links through :meth:`put_checkpoint`; one that only has the fallback (a
+        user's three-method checkpointer) drops without re-linking.
+        """
+        from tulip_nb.memory.retention import plan_prune  # retention imports this module
+
+        validate_thread_id(thread_id)
+        infos = await self.list_checkpoint_infos(thread_id, None)
+        return await self._drop(thread_id, infos, plan_prune(infos, keep_last, keep_turn_ends))
+
+    async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
+        """Re-link the survivors of ``dropped``, then delete ``dropped``; how many went."""
+        if not dropped:
+            return 0
+        await self._relink_survivors(thread_id, infos, dropped)
+        return await self._delete_checkpoints(thread_id, dropped)
+
+    async def _relink_survivors(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> None:
+        """Rewrite the save metadata of each survivor whose parent is in ``dropped`` (retention.relink).
+
+        Through :meth:`put_checkpoint`, when the backend has a native one (else nothing is done).
+        """
+        from tulip_nb.memory.retention import relink
+
+        if type(self).put_checkpoint is BaseCheckpointer.put_checkpoint:
+            return
+        for cid, meta in relink(infos, dropped).items():
+            ckpt = await self.load_checkpoint(thread_id, cid)
+            if ckpt is not None:
+                relinked = Checkpoint(cid, thread_id, ckpt.created_at, ckpt.state, meta, dict(ckpt.extra))
+                await self.put_checkpoint(relinked)
+
+    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
+        """Delete several checkpoints of one thread (backends override with one pass)."""
+        return sum([await self.delete(thread_id, cid) for cid in sorted(checkpoint_ids)])
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         """Copy a thread with its whole history to a new id (capability ``branching``)."""

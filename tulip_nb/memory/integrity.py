@@ -15,12 +15,15 @@ content; deleting, re-ordering or swapping checkpoints breaks the chain at the n
 ``mismatch``        the content no longer matches the stored hash (edited after the save)
 ``broken_chain``    the recorded parent hash is not the parent's hash (parent edited, removed,
                     replaced), or the parent is signed and the link was not recorded
-``unsigned``        no hash at all: written by tulip, or by tulip_nb before signing existed
+``unsigned``        no hash at all: written by tulip, by tulip_nb before signing existed, or by a
+                    checkpointer built with ``sign=False``
 ``unreadable``      the checkpoint cannot be loaded
 ==================  ===========================================================================
 
 Unsigned checkpoints are not failures (tulip writes them); with ``strict=True`` an unsigned
-checkpoint that follows signed ones is one (its hash may have been stripped).
+checkpoint that follows signed ones is one (its hash may have been stripped). A checkpoint whose
+parent a prune or vacuum removed carries a record of the cut (``tulip_nb_pruned``,
+:mod:`tulip_nb.memory.retention`) and is checked against its new parent's hash instead.
 
     >>> import asyncio
     >>> from tulip_nb.core import AgentState, Message
@@ -44,14 +47,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from tulip_nb.core.keys import PRUNED_KEY
 from tulip_nb.memory._signing import (
     ALG,
     ALG_KEY,
     HASH_KEY,
     PARENT_HASH_KEY,
     checkpoint_hash,
-    signing,
-    signing_enabled,
 )
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
 
@@ -64,8 +66,6 @@ __all__ = [
     "ThreadVerification",
     "checkpoint_hash",
     "recompute_hash",
-    "signing",
-    "signing_enabled",
     "unsigned_metadata",
     "verify_thread",
 ]
@@ -179,53 +179,71 @@ async def verify_thread(
         warnings.simplefilter("ignore")  # unreadable files are reported below, not warned about
         infos = await checkpointer.list_checkpoint_infos(thread_id, limit=limit)
     infos = sorted(infos, key=lambda i: (i.created_at, i.checkpoint_id))  # oldest first
-    loaded: dict[str, Checkpoint | str] = {}
+    # Pass 1 loads each checkpoint once and keeps only its save metadata and content verdict, so
+    # memory and time stay linear in the thread's length (no state is held after its hash).
+    content: dict[str, CheckpointVerdict | None] = {}
     metas: dict[str, Mapping[str, Any]] = {}
     for info in infos:
+        cid = info.checkpoint_id
         try:
-            ckpt = await checkpointer.load_checkpoint(thread_id, info.checkpoint_id)
+            ckpt = await checkpointer.load_checkpoint(thread_id, cid)
         except Exception as e:  # any failure to read is the verdict
-            loaded[info.checkpoint_id] = f"{type(e).__name__}: {e}"
+            content[cid] = CheckpointVerdict(cid, "unreadable", f"{type(e).__name__}: {e}", info.created_at)
             continue
         if ckpt is None:
-            loaded[info.checkpoint_id] = "listed but missing"
+            content[cid] = CheckpointVerdict(cid, "unreadable", "listed but missing", info.created_at)
             continue
-        loaded[info.checkpoint_id] = ckpt
-        metas[info.checkpoint_id] = ckpt.metadata or info.metadata
+        metas[cid] = ckpt.metadata or info.metadata
+        content[cid] = _content_verdict(info, ckpt, metas[cid])
+    # Pass 2 checks the links, from the metadata alone.
     verdicts: list[CheckpointVerdict] = []
     complete = len(infos) < limit
     seen_signed = False
     for info in infos:
         cid = info.checkpoint_id
-        got = loaded[cid]
-        if isinstance(got, str):
-            verdicts.append(CheckpointVerdict(cid, "unreadable", got, info.created_at))
-            continue
-        verdict = await _verdict(checkpointer, info, got, metas, seen_signed=seen_signed, strict=strict)
+        verdict = content[cid]
+        if verdict is None or verdict.status == "unsigned":
+            verdict = await _link_verdict(checkpointer, info, metas, seen_signed=seen_signed, strict=strict)
         if not complete and verdict.status == "broken_chain" and "is not in the thread" in verdict.detail:
-            verdict = CheckpointVerdict(
-                info.checkpoint_id, "ok", "parent older than the limit, not checked", verdict.created_at
-            )
+            verdict = CheckpointVerdict(cid, "ok", "parent older than the limit, not checked", verdict.created_at)
         verdicts.append(verdict)
-        seen_signed = seen_signed or isinstance(metas[cid].get(HASH_KEY), str)
+        if cid in metas:
+            seen_signed = seen_signed or isinstance(metas[cid].get(HASH_KEY), str)
     return ThreadVerification(thread_id, verdicts)
 
 
-async def _verdict(
-    cp: BaseCheckpointer,
+def _pruned_verdict(
     info: CheckpointInfo,
-    ckpt: Checkpoint,
-    metas: dict[str, Mapping[str, Any]],
-    *,
-    seen_signed: bool,
-    strict: bool,
+    pruned: Any,
+    recorded: Any,
+    parent_id: Any,
+    parent_meta: Mapping[str, Any] | None,
 ) -> CheckpointVerdict:
+    """A checkpoint whose parent a prune or vacuum removed (``tulip_nb_pruned``, see core.keys).
+
+    The record must match the link this checkpoint's hash binds (``tulip_nb_parent_hash``), and
+    its new parent must be the one the record names by hash (or none, when nothing older survived).
+    """
     cid, when = info.checkpoint_id, info.created_at
-    meta = metas[cid]
+    if not isinstance(pruned, Mapping) or pruned.get("parent_hash") != recorded:
+        return CheckpointVerdict(cid, "broken_chain", "the prune record does not match the recorded parent hash", when)
+    dropped = pruned.get("dropped")
+    if parent_id is None:
+        if pruned.get("base_hash") is None:
+            return CheckpointVerdict(cid, "ok", f"{dropped} older checkpoints pruned", when)
+        return CheckpointVerdict(cid, "broken_chain", "the prune record names a parent that is gone", when)
+    if parent_meta is None:
+        return CheckpointVerdict(cid, "broken_chain", f"parent {parent_id} (after a prune) is not in the thread", when)
+    if parent_meta.get(HASH_KEY) != pruned.get("base_hash"):
+        return CheckpointVerdict(cid, "broken_chain", f"parent {parent_id} is not the one the prune recorded", when)
+    return CheckpointVerdict(cid, "ok", f"{dropped} checkpoints pruned before it", when)
+
+
+def _content_verdict(info: CheckpointInfo, ckpt: Checkpoint, meta: Mapping[str, Any]) -> CheckpointVerdict | None:
+    """The verdict on the checkpoint's own content, or None when it matches its hash."""
+    cid, when = info.checkpoint_id, info.created_at
     stored = meta.get(HASH_KEY)
     if stored is None:
-        if strict and seen_signed:
-            return CheckpointVerdict(cid, "broken_chain", "unsigned after signed checkpoints", when)
         return CheckpointVerdict(cid, "unsigned", "", when)
     if not isinstance(stored, str) or meta.get(ALG_KEY) != ALG:
         return CheckpointVerdict(cid, "mismatch", f"unknown hash {ALG_KEY}={meta.get(ALG_KEY)!r}", when)
@@ -235,9 +253,30 @@ async def _verdict(
     actual = recompute_hash((ckpt.state, meta))
     if actual != stored:
         return CheckpointVerdict(cid, "mismatch", f"content hashes to {actual}, stored {stored}", when)
+    return None
+
+
+async def _link_verdict(
+    cp: BaseCheckpointer,
+    info: CheckpointInfo,
+    metas: dict[str, Mapping[str, Any]],
+    *,
+    seen_signed: bool,
+    strict: bool,
+) -> CheckpointVerdict:
+    """The verdict on the link to the parent of a checkpoint whose content verified (or is unsigned)."""
+    cid, when = info.checkpoint_id, info.created_at
+    meta = metas[cid]
+    if meta.get(HASH_KEY) is None:
+        if strict and seen_signed:
+            return CheckpointVerdict(cid, "broken_chain", "unsigned after signed checkpoints", when)
+        return CheckpointVerdict(cid, "unsigned", "", when)
     recorded = meta.get(PARENT_HASH_KEY)
     parent_id = meta.get("parent_checkpoint_id")
     parent_meta, foreign = await _parent_metadata(cp, info, meta, metas)
+    pruned = meta.get(PRUNED_KEY)
+    if pruned is not None:
+        return _pruned_verdict(info, pruned, recorded, parent_id, parent_meta)
     if parent_meta is None:
         if isinstance(recorded, str):
             where = "in its source thread" if foreign else "in the thread"

@@ -56,7 +56,7 @@ def checkpointer_from_url(url: str, **kwargs: Any) -> BaseCheckpointer:
     if scheme == "memory":
         from tulip_nb.memory.backends.memory import MemoryCheckpointer
 
-        return MemoryCheckpointer()
+        return MemoryCheckpointer(**kwargs)
     if scheme == "s3":
         from tulip_nb.memory.backends.s3 import S3Backend
 

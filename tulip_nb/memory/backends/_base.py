@@ -61,6 +61,7 @@ def prepare_save(
     latest_created_at: datetime | None,
     latest_metadata: Mapping[str, Any] | None,
     cache: MessageBlobCache | None = None,
+    sign: bool = True,
 ) -> SavePlan:
     """The save sequence, run under the backend's lock with the thread's latest as read there.
 
@@ -70,7 +71,13 @@ def prepare_save(
     check_expected_parent(expected_parent, latest_id, thread_id)
     created = next_created_at(latest_created_at)
     meta = save_metadata(
-        metadata, latest_id, state=state, parent_metadata=latest_metadata, thread_id=thread_id, cache=cache
+        metadata,
+        latest_id,
+        state=state,
+        parent_metadata=latest_metadata,
+        thread_id=thread_id,
+        cache=cache,
+        sign=sign,
     )
     return SavePlan(latest_id, created, meta)
 
@@ -82,6 +89,7 @@ def prepare_save_after(
     metadata: dict[str, Any] | None,
     expected_parent: str | None,
     cache: MessageBlobCache | None = None,
+    sign: bool = True,
 ) -> SavePlan:
     """:func:`prepare_save` with the latest given as a :class:`CheckpointInfo` (or None)."""
     return prepare_save(
@@ -93,6 +101,7 @@ def prepare_save_after(
         latest_created_at=latest.created_at if latest else None,
         latest_metadata=latest.metadata if latest else None,
         cache=cache,
+        sign=sign,
     )
 
 

@@ -35,13 +35,19 @@ from pydantic import ValidationError
 from tulip_nb.core import parse_datetime
 from tulip_nb.core.errors import CheckpointCorrupt, InvalidThreadId
 from tulip_nb.core.state import AgentState
+from tulip_nb.memory.checkpointer import CheckpointInfo
+from tulip_nb.memory.retention import relink
 
 __all__ = [
     "INDEX_SUFFIX",
     "LATEST_SUFFIX",
     "RESERVED_CHECKPOINT_IDS",
+    "Copy",
+    "Delete",
     "IndexEntry",
     "KVStore",
+    "Op",
+    "Put",
     "Txn",
     "decode_record",
     "encode_index",
@@ -52,6 +58,7 @@ __all__ = [
     "latest_key",
     "parse_index",
     "record_key",
+    "relink_survivors",
     "remove_checkpoints",
 ]
 
@@ -172,6 +179,34 @@ def set_record_metadata(raw: bytes | str, metadata: dict[str, Any]) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
 
 
+async def relink_survivors(txn: Txn, thread_id: str, entries: list[IndexEntry], cids: set[str]) -> list[IndexEntry]:
+    """Queue the rewrite of each survivor whose parent is in ``cids``; the entries, re-linked.
+
+    The new metadata is :func:`tulip_nb.memory.retention.relink`'s; pass the returned entries to
+    :func:`remove_checkpoints` in the same transaction.
+    """
+    infos = [CheckpointInfo(e.checkpoint_id, thread_id, e.created_at, e.metadata) for e in entries]
+    changed = relink(infos, cids)
+    out = []
+    for e in entries:
+        meta = changed.get(e.checkpoint_id)
+        if meta is None:
+            out.append(e)
+            continue
+        raw = await txn.get(record_key(thread_id, e.checkpoint_id))
+        if raw is not None:
+            txn.put(record_key(thread_id, e.checkpoint_id), set_record_metadata(raw, meta), _meta_json(meta))
+        out.append(IndexEntry(e.checkpoint_id, e.created_at, meta))
+    survivors = [e for e in out if e.checkpoint_id not in cids]
+    if survivors and survivors[0].checkpoint_id in changed:  # the newest was rewritten: so is :latest
+        txn.copy(record_key(thread_id, survivors[0].checkpoint_id), latest_key(thread_id))
+    return out
+
+
+def _meta_json(meta: dict[str, Any]) -> bytes:
+    return orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS)
+
+
 def remove_checkpoints(txn: Txn, thread_id: str, entries: list[IndexEntry], cids: set[str]) -> None:
     """Queue the removal of ``cids`` from a thread, re-pointing ``:latest`` when the newest goes."""
     keep = [e for e in entries if e.checkpoint_id not in cids]
@@ -217,16 +252,56 @@ def glob_to_like(pattern: str) -> str:
     return "".join(out)
 
 
+@dataclass(frozen=True, slots=True)
+class Put:
+    """Write ``value`` under ``key``; ``metadata`` fills SQL's ``metadata`` column."""
+
+    key: str
+    value: bytes
+    metadata: bytes = b"{}"
+
+    @property
+    def target(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """Copy ``source``'s value to ``dest`` server-side (no bytes back and forth)."""
+
+    source: str
+    dest: str
+
+    @property
+    def target(self) -> str:
+        return self.dest
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Remove ``key``."""
+
+    key: str
+
+    @property
+    def target(self) -> str:
+        return self.key
+
+
+Op = Put | Copy | Delete
+"""One queued write of a :class:`Txn`; a store applies them in order with ``match``."""
+
+
 class Txn(ABC):
     """One atomic read-modify-write of one thread's keys, handed to a transaction body.
 
-    Reads happen now (inside the transaction); writes are queued and applied in order at commit.
-    A body may be run more than once (Redis retries after a concurrent change), so it must not
-    have side effects other than through this object.
+    Reads happen now (inside the transaction); writes are queued as :data:`Op` values in
+    :attr:`ops` and applied in order at commit. A body may be run more than once (Redis retries
+    after a concurrent change), so it must not have side effects other than through this object.
     """
 
     def __init__(self) -> None:
-        self.ops: list[tuple[str, str, Any, Any]] = []
+        self.ops: list[Op] = []
 
     @abstractmethod
     async def get(self, key: str) -> bytes | str | None:
@@ -234,14 +309,18 @@ class Txn(ABC):
 
     def put(self, key: str, value: bytes, metadata: bytes = b"{}") -> None:
         """Write ``value`` under ``key``; ``metadata`` fills SQL's ``metadata`` column."""
-        self.ops.append(("put", key, value, metadata))
+        self.ops.append(Put(key, value, metadata))
 
     def copy(self, source: str, dest: str) -> None:
         """Copy ``source``'s value to ``dest`` server-side (no bytes back and forth)."""
-        self.ops.append(("copy", source, dest, None))
+        self.ops.append(Copy(source, dest))
 
     def delete(self, key: str) -> None:
-        self.ops.append(("delete", key, None, None))
+        self.ops.append(Delete(key))
+
+    def writes(self, key: str) -> bool:
+        """Whether a queued op writes or removes ``key``."""
+        return any(op.target == key for op in self.ops)
 
 
 class KVStore(ABC):

@@ -62,8 +62,11 @@ from tulip_nb.memory._envelope import info_row, matches_pattern, metadata_matche
 from tulip_nb.memory._pools import PerLoop
 from tulip_nb.memory.backends._kv import (
     INDEX_SUFFIX,
+    Copy,
+    Delete,
     IndexEntry,
     KVStore,
+    Put,
     Txn,
     check_checkpoint_id,
     decode_record,
@@ -73,6 +76,7 @@ from tulip_nb.memory.backends._kv import (
     latest_key,
     parse_index,
     record_key,
+    relink_survivors,
     remove_checkpoints,
     set_record_metadata,
 )
@@ -160,15 +164,16 @@ class _ForeignKV(KVStore):
         async with lock:
             txn = _ForeignTxn(self)
             result = await body(txn)
-            for op, key, value, _meta in txn.ops:
-                if op == "put":
-                    await _call(self.backend.save, key, orjson.loads(value))
-                elif op == "copy":
-                    data = await _call(self.backend.load, key)
-                    if data is not None:  # a fresh copy: a dict-backed store may keep the object
-                        await _call(self.backend.save, value, orjson.loads(_dumps(data)))
-                else:
-                    await _call(self.backend.delete, key)
+            for op in txn.ops:
+                match op:
+                    case Put(key, value):
+                        await _call(self.backend.save, key, orjson.loads(value))
+                    case Copy(source, dest):
+                        data = await _call(self.backend.load, source)
+                        if data is not None:  # a fresh copy: a dict-backed store may keep the object
+                            await _call(self.backend.save, dest, orjson.loads(_dumps(data)))
+                    case Delete(key):
+                        await _call(self.backend.delete, key)
             return result
 
     async def keys(self, pattern: str = "*") -> list[str]:
@@ -198,7 +203,8 @@ class StorageBackendAdapter(BaseCheckpointer):
     ``delete(thread_id)`` / ``exists(thread_id)`` (and optionally ``list_threads()``).
     """
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Any, *, sign: bool = True) -> None:
+        self.sign = sign
         if isinstance(backend, BaseCheckpointer):
             raise TypeError(
                 f"{type(backend).__name__} is already a checkpointer: pass it to the agent directly, "
@@ -292,6 +298,7 @@ class StorageBackendAdapter(BaseCheckpointer):
                 state=state,
                 parent_metadata=entries[0].metadata if entries else None,
                 thread_id=thread_id,
+                sign=self.sign,
             )
             txn.put(rkey, encode_record(state_bytes, cid, now, meta), _dumps(meta))
             txn.copy(rkey, latest_key(thread_id))
@@ -457,11 +464,26 @@ class StorageBackendAdapter(BaseCheckpointer):
                 entries = parse_index(await txn.get(ikey), where=self._where(ikey))
                 old = {e.checkpoint_id for e in entries if e.created_at < cutoff}
                 if old:
-                    remove_checkpoints(txn, tid, entries, old)
+                    remove_checkpoints(txn, tid, await relink_survivors(txn, tid, entries, old), old)
                 return len(old)
 
             removed += await self._kv.transact(ikey, body)
         return removed
+
+    async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
+        """One transaction: re-link the survivors, remove ``dropped`` (a crash leaves all or nothing)."""
+        if not dropped:
+            return 0
+        ikey = index_key(thread_id)
+
+        async def body(txn: Txn) -> int:
+            entries = parse_index(await txn.get(ikey), where=self._where(ikey))
+            gone = dropped & {e.checkpoint_id for e in entries}
+            if gone:
+                remove_checkpoints(txn, thread_id, await relink_survivors(txn, thread_id, entries, gone), gone)
+            return len(gone)
+
+        return await self._kv.transact(ikey, body)
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         validate_thread_id(source_thread_id)
@@ -499,40 +521,49 @@ def redis_checkpointer(
     url: str = "redis://localhost:6379",
     ttl_seconds: int | None = None,
     prefix: str = "tulip:state:",
+    *,
+    sign: bool = True,
     **kwargs: Any,
 ) -> StorageBackendAdapter:
     """A checkpointer on Redis: keys ``<prefix><tid>:<cid>``, optional TTL per thread."""
     from tulip_nb.memory.backends.redis import RedisBackend
 
-    return StorageBackendAdapter(RedisBackend(url=url, prefix=prefix, ttl_seconds=ttl_seconds, **kwargs))
+    return StorageBackendAdapter(RedisBackend(url=url, prefix=prefix, ttl_seconds=ttl_seconds, **kwargs), sign=sign)
 
 
 def postgresql_checkpointer(
     dsn: str = "postgresql://postgres@localhost:5432/tulip",
     schema_name: str = "public",
     table_name: str = "checkpoints",
+    *,
+    sign: bool = True,
     **kwargs: Any,
 ) -> StorageBackendAdapter:
     """A checkpointer on PostgreSQL (table ``<schema>.<table>``, created on first save)."""
     from tulip_nb.memory.backends.postgresql import PostgreSQLBackend
 
-    return StorageBackendAdapter(PostgreSQLBackend(dsn=dsn, schema_name=schema_name, table_name=table_name, **kwargs))
+    backend = PostgreSQLBackend(dsn=dsn, schema_name=schema_name, table_name=table_name, **kwargs)
+    return StorageBackendAdapter(backend, sign=sign)
 
 
 def mysql_checkpointer(
     dsn: str = "mysql://root@localhost:3306/tulip",
     table_name: str = "checkpoints",
+    *,
+    sign: bool = True,
     **kwargs: Any,
 ) -> StorageBackendAdapter:
     """A checkpointer on MySQL / MariaDB (table created on first save)."""
     from tulip_nb.memory.backends.mysql import MySQLBackend
 
-    return StorageBackendAdapter(MySQLBackend(dsn=dsn, table_name=table_name, **kwargs))
+    return StorageBackendAdapter(MySQLBackend(dsn=dsn, table_name=table_name, **kwargs), sign=sign)
 
 
 def opensearch_checkpointer(
     hosts: list[str] | str | None = None,
     index_name: str = "tulip-checkpoints",
+    *,
+    sign: bool = True,
     **kwargs: Any,
 ) -> StorageBackendAdapter:
     """A checkpointer on OpenSearch: one document per key in ``index_name`` (created on first use).
@@ -544,4 +575,4 @@ def opensearch_checkpointer(
     """
     from tulip_nb.memory.backends.opensearch import OpenSearchBackend
 
-    return StorageBackendAdapter(OpenSearchBackend(hosts=hosts, index_name=index_name, **kwargs))
+    return StorageBackendAdapter(OpenSearchBackend(hosts=hosts, index_name=index_name, **kwargs), sign=sign)

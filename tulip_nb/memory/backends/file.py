@@ -63,6 +63,7 @@ from tulip_nb.memory.checkpointer import (
     validate_checkpoint_id,
     validate_thread_id,
 )
+from tulip_nb.memory.retention import relink
 
 __all__ = ["FileCheckpointer", "safe_name"]
 
@@ -78,8 +79,11 @@ class FileCheckpointer(InTreeCheckpointer):
     ['user/42']
     """
 
-    def __init__(self, base_dir: str | os.PathLike[str] = ".tulip_checkpoints", *, fsync: bool = True) -> None:
+    def __init__(
+        self, base_dir: str | os.PathLike[str] = ".tulip_checkpoints", *, fsync: bool = True, sign: bool = True
+    ) -> None:
         self.base_dir = Path(base_dir)
+        self.sign = sign
         self.fsync = fsync
         # directory -> file name -> (inode of the file, its header or why it is unreadable)
         self._heads: dict[Path, dict[str, tuple[int, Entry]]] = {}
@@ -245,7 +249,7 @@ class FileCheckpointer(InTreeCheckpointer):
             infos = self._infos(thread_id, directory)
             self._check_name_free(path, thread_id, cid)
             plan = prepare_save_after(
-                infos[0][1] if infos else None, thread_id, state, metadata, expected_parent, self._blobs
+                infos[0][1] if infos else None, thread_id, state, metadata, expected_parent, self._blobs, sign=self.sign
             )
             now, meta = plan.created_at, plan.metadata
             self._write_atomic(path, encode_envelope_parts(cid, thread_id, now, state, meta, cache=self._blobs))
@@ -258,11 +262,16 @@ class FileCheckpointer(InTreeCheckpointer):
         path = directory / (safe_name(cid) + ".json")
         with self._locked(directory, create=True):
             self._scan(directory)
-            self._check_name_free(path, thread_id, cid)
-            meta = dict(ckpt.metadata)
-            parts = encode_envelope_parts(cid, thread_id, ckpt.created_at, ckpt.state, meta, ckpt.extra or None)
-            self._write_atomic(path, parts)
-            self._record_write(path, CheckpointInfo(cid, thread_id, ckpt.created_at, meta))
+            self._put_locked(path, ckpt)
+
+    def _put_locked(self, path: Path, ckpt: Checkpoint) -> None:
+        """Write ``ckpt`` verbatim to ``path`` (its directory's lock is held)."""
+        cid, thread_id = ckpt.checkpoint_id, ckpt.thread_id
+        self._check_name_free(path, thread_id, cid)
+        meta = dict(ckpt.metadata)
+        parts = encode_envelope_parts(cid, thread_id, ckpt.created_at, ckpt.state, meta, ckpt.extra or None)
+        self._write_atomic(path, parts)
+        self._record_write(path, CheckpointInfo(cid, thread_id, ckpt.created_at, meta))
 
     def _check_name_free(self, path: Path, thread_id: str, cid: str) -> None:
         """A file name shared by two threads (ids that sanitise alike) is never overwritten."""
@@ -280,27 +289,10 @@ class FileCheckpointer(InTreeCheckpointer):
             known = self._heads.get(directory, {}).get(name)
         return known[1] if known else None
 
-    def _find(self, thread_id: str, checkpoint_id: str) -> tuple[Path, CheckpointInfo] | None:
-        directory = self.thread_dir(thread_id)
-        for name, info in self._infos(thread_id, directory):
-            if info.checkpoint_id == checkpoint_id:
-                return directory / name, info
-        return None
-
     def _load_sync(self, thread_id: str, checkpoint_id: str | None) -> Checkpoint | None:
         directory = self.thread_dir(thread_id)
         if checkpoint_id is not None:
-            validate_checkpoint_id(checkpoint_id, thread_id)
-            path = directory / (safe_name(checkpoint_id) + ".json")
-            found = self._find(thread_id, checkpoint_id)
-            if found is None:
-                entry = self._scan_entry(directory, path.name)
-                if isinstance(entry, Bad) and path.exists():
-                    raise CheckpointCorrupt(
-                        entry.reason, thread_id=thread_id, checkpoint_id=checkpoint_id, path=str(path)
-                    )
-                raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
-            return self._read_checkpoint(found[0], thread_id)
+            return self._load_by_id(directory, thread_id, validate_checkpoint_id(checkpoint_id, thread_id))
         for name, _info in self._infos(thread_id, directory):
             path = directory / name
             try:
@@ -314,17 +306,35 @@ class FileCheckpointer(InTreeCheckpointer):
                 return ckpt
         return None
 
-    def _delete_sync(self, thread_id: str, checkpoint_id: str | None) -> bool:
+    def _load_by_id(self, directory: Path, thread_id: str, checkpoint_id: str) -> Checkpoint:
+        """The checkpoint's own file, read directly: no directory listing (O(1) in thread length).
+
+        The envelope names its thread and checkpoint, so a file of another thread sharing the
+        directory (ids that sanitise alike) or of an id that sanitises alike is not this one.
+        """
+        path = directory / (safe_name(checkpoint_id) + ".json")
+        try:
+            ckpt = self._read_checkpoint(path, thread_id)
+        except CheckpointNotFound:
+            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id) from None
+        except CheckpointCorrupt as e:
+            raise CheckpointCorrupt(e.message, thread_id=thread_id, checkpoint_id=checkpoint_id, path=str(path)) from e
+        if ckpt.thread_id != thread_id or ckpt.checkpoint_id != checkpoint_id:
+            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
+        return ckpt
+
+    def _delete_sync(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
+        """Delete the thread's checkpoints in ``checkpoint_ids`` (all for None); how many went."""
         directory = self.thread_dir(thread_id)
         if not directory.exists():
-            return False
-        removed = False
+            return 0
+        removed = 0
         with self._locked(directory, create=False):
             for name, info in self._infos(thread_id, directory):
-                if checkpoint_id is None or info.checkpoint_id == checkpoint_id:
+                if checkpoint_ids is None or info.checkpoint_id in checkpoint_ids:
                     try:
                         (directory / name).unlink()
-                        removed = True
+                        removed += 1
                     except FileNotFoundError:
                         pass
                     except OSError as e:
@@ -406,15 +416,29 @@ class FileCheckpointer(InTreeCheckpointer):
         removed = 0
         for directory in self._thread_dirs():
             with self._locked(directory, create=False):
-                for name, entry in self._scan(directory).items():
-                    if isinstance(entry, CheckpointInfo) and entry.created_at < cutoff:
-                        with contextlib.suppress(FileNotFoundError):
-                            (directory / name).unlink()
-                            removed += 1
+                entries = self._scan(directory)
+                old = {n: e for n, e in entries.items() if isinstance(e, CheckpointInfo) and e.created_at < cutoff}
+                self._relink_locked(directory, entries, {e.checkpoint_id for e in old.values()})
+                for name in old:
+                    with contextlib.suppress(FileNotFoundError):
+                        (directory / name).unlink()
+                        removed += 1
                 remaining = self._scan(directory)
             if not remaining:
                 self._remove_dir(directory)
         return removed
+
+    def _relink_locked(self, directory: Path, entries: dict[str, Entry], dropped: set[str]) -> None:
+        """Before ``dropped`` go: re-link each survivor whose parent is dropped (see retention)."""
+        per_thread: dict[str, list[CheckpointInfo]] = {}
+        for entry in entries.values():
+            if isinstance(entry, CheckpointInfo):
+                per_thread.setdefault(entry.thread_id, []).append(entry)
+        for thread_id, infos in per_thread.items():
+            for cid, meta in relink(infos, dropped).items():
+                ckpt = self._load_by_id(directory, thread_id, cid)
+                path = directory / (safe_name(cid) + ".json")
+                self._put_locked(path, Checkpoint(cid, thread_id, ckpt.created_at, ckpt.state, meta, ckpt.extra))
 
     # -- async contract -----------------------------------------------------------------------
     async def save(
@@ -440,7 +464,11 @@ class FileCheckpointer(InTreeCheckpointer):
         return [info for _, info in (infos if limit is None else infos[:limit])]
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        return await asyncio.to_thread(self._delete_sync, thread_id, checkpoint_id)
+        ids = None if checkpoint_id is None else {validate_checkpoint_id(checkpoint_id, thread_id)}
+        return bool(await asyncio.to_thread(self._delete_sync, thread_id, ids))
+
+    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
+        return await asyncio.to_thread(self._delete_sync, thread_id, set(checkpoint_ids))
 
     # -- capabilities (the scans are derived in InTreeCheckpointer) ---------------------------
     async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:

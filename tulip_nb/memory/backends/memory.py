@@ -1,13 +1,16 @@
 """MemoryCheckpointer: threads in a dict, for tests and a single-process REPL.
 
-A checkpoint is stored as the JSON of its state *without* the messages plus the tuple of its
-(immutable) messages. So mutating a state after saving it never changes what was saved, a load
-returns an independent state, and neither copies the history: a save or load costs the per-turn
-fields, not the thread's length.
+A checkpoint is stored as the JSON of its state *without* the messages plus a reference to its
+(immutable) messages: a prefix of an append-only per-thread message log shared by every checkpoint
+that extends it. So mutating a state after saving it never changes what was saved, a load returns
+an independent state, and neither copies the history: a save costs the per-turn fields and its new
+messages, and 937 saves of a 2000-message conversation hold its messages once (plus ~16 bytes per
+checkpoint), not 937 lists of up to 2000 references.
 """
 
 from __future__ import annotations
 
+import operator
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,22 +35,50 @@ __all__ = ["MemoryCheckpointer"]
 _EXCLUDE_MESSAGES = {"messages"}
 
 
+class _MessageLog:
+    """An append-only list of messages; a checkpoint's messages are one of its prefixes."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Message]) -> None:
+        self.items = items
+
+    def share(self, messages: list[Message]) -> _MessageLog | None:
+        """This log (extended with ``messages``' new tail) if ``messages`` continue it, else None.
+
+        ``messages`` continue the log when its first ``min(len)`` items are the log's own objects
+        (messages are immutable, so identity is equality); a shorter ``messages`` is a prefix.
+        """
+        n = min(len(messages), len(self.items))
+        if not all(map(operator.is_, messages[:n], self.items[:n])):
+            return None
+        if len(messages) > len(self.items):
+            self.items.extend(messages[len(self.items) :])
+        return self
+
+
 @dataclass(frozen=True)
 class _Record:
-    """One checkpoint: its info, the state's JSON without messages, and the messages themselves."""
+    """One checkpoint: its info, the state's JSON without messages, and a prefix of a message log."""
 
     info: CheckpointInfo
     rest: bytes
-    messages: tuple[Message, ...]
+    log: _MessageLog
+    n_messages: int
 
     @classmethod
-    def of(cls, info: CheckpointInfo, state: AgentState) -> _Record:
+    def of(cls, info: CheckpointInfo, state: AgentState, log: _MessageLog | None = None) -> _Record:
         rest = AgentState.__pydantic_serializer__.to_json(state, exclude=_EXCLUDE_MESSAGES)
-        return cls(info, rest, tuple(state.messages))
+        shared = log.share(state.messages) if log is not None else None
+        return cls(info, rest, shared or _MessageLog(list(state.messages)), len(state.messages))
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.log.items[: self.n_messages]
 
     def checkpoint(self) -> Checkpoint:
         state = AgentState.model_validate_json(self.rest)
-        state.messages = list(self.messages)
+        state.messages = self.messages
         info = self.info
         return Checkpoint(info.checkpoint_id, info.thread_id, info.created_at, state, dict(info.metadata))
 
@@ -63,7 +94,8 @@ class MemoryCheckpointer(InTreeCheckpointer):
     'hi'
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, sign: bool = True) -> None:
+        self.sign = sign
         # thread_id -> checkpoint_id -> record; insertion order == save order
         self._threads: dict[str, dict[str, _Record]] = {}
         self._lock = threading.RLock()
@@ -109,9 +141,13 @@ class MemoryCheckpointer(InTreeCheckpointer):
         validate_thread_id(thread_id)
         cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
         with self._lock:
-            plan = prepare_save_after(self._latest(thread_id), thread_id, state, metadata, expected_parent)
-            record = _Record.of(CheckpointInfo(cid, thread_id, plan.created_at, plan.metadata), state)
+            plan = prepare_save_after(
+                self._latest(thread_id), thread_id, state, metadata, expected_parent, sign=self.sign
+            )
             records = self._threads.setdefault(thread_id, {})
+            last = next(reversed(records.values()), None)
+            info = CheckpointInfo(cid, thread_id, plan.created_at, plan.metadata)
+            record = _Record.of(info, state, last.log if last else None)
             records.pop(cid, None)
             records[cid] = record
         return cid
@@ -119,9 +155,10 @@ class MemoryCheckpointer(InTreeCheckpointer):
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
         ckpt = validate_checkpoint(checkpoint)
         info = CheckpointInfo(ckpt.checkpoint_id, ckpt.thread_id, ckpt.created_at, dict(ckpt.metadata))
-        record = _Record.of(info, ckpt.state)
         with self._lock:
             records = self._threads.setdefault(ckpt.thread_id, {})
+            last = next(reversed(records.values()), None)
+            record = _Record.of(info, ckpt.state, last.log if last else None)
             records.pop(ckpt.checkpoint_id, None)
             records[ckpt.checkpoint_id] = record
 
@@ -178,9 +215,8 @@ class MemoryCheckpointer(InTreeCheckpointer):
             for cid, rec in source.items():
                 info = rec.info
                 meta = {**info.metadata, "copied_from": {"thread_id": source_thread_id, "checkpoint_id": cid}}
-                copied[cid] = _Record(
-                    CheckpointInfo(cid, dest_thread_id, info.created_at, meta), rec.rest, rec.messages
-                )
+                new_info = CheckpointInfo(cid, dest_thread_id, info.created_at, meta)
+                copied[cid] = _Record(new_info, rec.rest, rec.log, rec.n_messages)  # shares the history
             self._threads[dest_thread_id] = copied
         return True
 
@@ -188,13 +224,9 @@ class MemoryCheckpointer(InTreeCheckpointer):
         cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
         removed = 0
         with self._lock:
-            for tid in list(self._threads):
-                records = self._threads[tid]
-                for cid in [c for c, r in records.items() if r.info.created_at < cutoff]:
-                    del records[cid]
-                    removed += 1
-                if not records:
-                    del self._threads[tid]
+            threads = {tid: [r.info for r in records.values()] for tid, records in self._threads.items()}
+        for tid, infos in threads.items():
+            removed += await self._drop(tid, infos, {i.checkpoint_id for i in infos if i.created_at < cutoff})
         return removed
 
     def __repr__(self) -> str:

@@ -42,7 +42,17 @@ import orjson
 
 from tulip_nb.core.errors import BackendUnavailable, InvalidThreadId, TulipNBError
 from tulip_nb.memory._pools import PoolPerLoop
-from tulip_nb.memory.backends._kv import EMPTY_INDEX, INDEX_SUFFIX, LATEST_SUFFIX, KVStore, Txn, glob_to_like
+from tulip_nb.memory.backends._kv import (
+    EMPTY_INDEX,
+    INDEX_SUFFIX,
+    LATEST_SUFFIX,
+    Copy,
+    Delete,
+    KVStore,
+    Put,
+    Txn,
+    glob_to_like,
+)
 
 try:
     from mysql.connector import errors as mysql_errors
@@ -306,18 +316,19 @@ class MySQLBackend(KVStore):
                 locked = row[0] if row else None
             txn = _MySQLTxn(self, cur, lock_key, locked)
             result = await body(txn)
-            for op, key, value, meta in txn.ops:
-                if op == "put":
-                    self._check_key(key)
-                    now = _naive_utc()
-                    await cur.execute(self._sql_put, (key, uuid.uuid4().hex, _text(value), now, now, _text(meta)))
-                elif op == "copy":
-                    self._check_key(value)
-                    now = _naive_utc()
-                    await cur.execute(self._sql_copy, (value, uuid.uuid4().hex, now, now, key))
-                else:
-                    await cur.execute(self._sql_delete, (key,))
-            if created and not any(k == lock_key for _, k, *_ in txn.ops):
+            for op in txn.ops:
+                match op:
+                    case Put(key, value, meta):
+                        self._check_key(key)
+                        now = _naive_utc()
+                        await cur.execute(self._sql_put, (key, uuid.uuid4().hex, _text(value), now, now, _text(meta)))
+                    case Copy(source, dest):
+                        self._check_key(dest)
+                        now = _naive_utc()
+                        await cur.execute(self._sql_copy, (dest, uuid.uuid4().hex, now, now, source))
+                    case Delete(key):
+                        await cur.execute(self._sql_delete, (key,))
+            if created and not txn.writes(lock_key):
                 await cur.execute(self._sql_delete, (lock_key,))
             await cur.execute("COMMIT")
             return result

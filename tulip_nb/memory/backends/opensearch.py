@@ -63,7 +63,7 @@ import orjson
 
 from tulip_nb.core.errors import BackendUnavailable
 from tulip_nb.memory._pools import PoolPerLoop
-from tulip_nb.memory.backends._kv import INDEX_SUFFIX, LATEST_SUFFIX, KVStore, Txn, parse_index
+from tulip_nb.memory.backends._kv import INDEX_SUFFIX, LATEST_SUFFIX, Copy, Delete, KVStore, Op, Put, Txn, parse_index
 
 try:
     from opensearchpy import AsyncOpenSearch
@@ -368,7 +368,7 @@ class OpenSearchBackend(KVStore):
         items = await self._bulk([self._action("delete", k) for k in drop], None)
         self._check(items, drop, ok=(404,))
 
-    async def _commit(self, ops: list[tuple[str, str, Any, Any]], lock_key: str, locked: _Doc | None) -> set[str]:
+    async def _commit(self, ops: list[Op], lock_key: str, locked: _Doc | None) -> set[str]:
         """Apply ``ops``: plain records, then the lock CAS, then ``:latest`` and deletes.
 
         Returns the keys written before the swap; raises :class:`_Conflict` (carrying them) on 409.
@@ -379,19 +379,25 @@ class OpenSearchBackend(KVStore):
         cas: tuple[bytes, bytes] | None = None
         cas_delete = False
         post: list[tuple[str, str, bytes, bytes]] = []  # ("put"|"delete", key, value, meta)
-        for op, key, value, meta in ops:
-            if op == "copy":
-                key, value, meta = value, *(values.get(key) or (await self.get(key), b"{}"))
-                if value is None:
-                    continue  # the source vanished: leave :latest missing (loads use the index)
-            if op == "delete":
-                if key == lock_key:
-                    cas, cas_delete = None, True
-                else:
-                    post.append(("delete", key, b"", b""))
-                continue
-            value = value if isinstance(value, bytes) else value.encode()
-            meta = meta if isinstance(meta, bytes) else meta.encode()
+        for op in ops:
+            key = op.target
+            match op:
+                case Delete():
+                    if key == lock_key:
+                        cas, cas_delete = None, True
+                    else:
+                        post.append(("delete", key, b"", b""))
+                    continue
+                case Copy(src):
+                    got = values.get(src)
+                    if got is None:
+                        raw = await self.get(src)
+                        if raw is None:
+                            continue  # the source vanished: leave :latest missing (loads use the index)
+                        got = (raw if isinstance(raw, bytes) else raw.encode(), b"{}")
+                    value, meta = got
+                case Put(_, value, meta):
+                    pass
             values[key] = (value, meta)
             if key == lock_key:
                 cas, cas_delete = (value, meta), False
@@ -424,13 +430,13 @@ class OpenSearchBackend(KVStore):
             seq = int(item["_seq_no"])
 
         lines, keys = [], []
-        for op, key, value, meta in post:
+        for kind, key, value, meta in post:
             # :latest carries the index document's seq_no as external version: newest swap wins
             version = (
                 {"version": seq, "version_type": "external"} if seq is not None and key.endswith(LATEST_SUFFIX) else {}
             )
-            lines.append(self._action("index" if op == "put" else "delete", key, **version))
-            if op == "put":
+            lines.append(self._action("index" if kind == "put" else "delete", key, **version))
+            if kind == "put":
                 lines.append(source(key, value, meta))
             keys.append(key)
         items = await self._bulk(lines, lock_key)

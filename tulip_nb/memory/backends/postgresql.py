@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from tulip_nb.core.errors import BackendUnavailable, InvalidThreadId
 from tulip_nb.memory._pools import PoolPerLoop
-from tulip_nb.memory.backends._kv import EMPTY_INDEX, INDEX_SUFFIX, KVStore, Txn, glob_to_like
+from tulip_nb.memory.backends._kv import EMPTY_INDEX, INDEX_SUFFIX, Copy, Delete, KVStore, Put, Txn, glob_to_like
 
 try:
     import asyncpg
@@ -230,14 +230,15 @@ class PostgreSQLBackend(KVStore):
             locked = None if created else await conn.fetchval(self._sql_select + " FOR UPDATE", lock_key)
             txn = _PgTxn(conn, self._sql_select, lock_key, locked)
             result = await body(txn)
-            for op, key, value, meta in txn.ops:
-                if op == "put":
-                    await conn.execute(self._sql_put, key, uuid.uuid4().hex, value, meta)
-                elif op == "copy":
-                    await conn.execute(self._sql_copy, key, value, uuid.uuid4().hex)
-                else:
-                    await conn.execute(self._sql_delete, key)
-            if created and not any(k == lock_key for _, k, *_ in txn.ops):
+            for op in txn.ops:
+                match op:
+                    case Put(key, value, meta):
+                        await conn.execute(self._sql_put, key, uuid.uuid4().hex, value, meta)
+                    case Copy(source, dest):
+                        await conn.execute(self._sql_copy, source, dest, uuid.uuid4().hex)
+                    case Delete(key):
+                        await conn.execute(self._sql_delete, key)
+            if created and not txn.writes(lock_key):
                 await conn.execute(self._sql_delete, lock_key)  # the lock row was only a lock
             return result
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from tulip_nb.core.errors import BackendUnavailable
 from tulip_nb.memory._pools import PoolPerLoop
-from tulip_nb.memory.backends._kv import INDEX_SUFFIX, KVStore, Txn, parse_index
+from tulip_nb.memory.backends._kv import INDEX_SUFFIX, Copy, Delete, KVStore, Op, Put, Txn, parse_index
 
 try:
     import redis.asyncio as aioredis
@@ -141,24 +141,25 @@ class RedisBackend(KVStore):
                     await pipe.reset()
         raise BackendUnavailable(f"RedisBackend: {lock_key} kept changing; gave up after {_MAX_RETRIES} tries")
 
-    def _queue(self, pipe: Any, ops: list[tuple[str, str, Any, Any]], lock_key: str) -> None:
+    def _queue(self, pipe: Any, ops: list[Op], lock_key: str) -> None:
         p, ttl = self.prefix, self.ttl_seconds
-        for op, key, value, _meta in ops:
-            if op == "put":
-                pipe.set(p + key, value, ex=ttl)
-            elif op == "copy":
-                pipe.copy(p + key, p + value, replace=True)
-                if ttl:
-                    pipe.expire(p + value, ttl)
-            else:
-                pipe.delete(p + key)
-        if ttl and lock_key.endswith(INDEX_SUFFIX) and any(op != "delete" for op, *_ in ops):
+        for op in ops:
+            match op:
+                case Put(key, value):
+                    pipe.set(p + key, value, ex=ttl)
+                case Copy(source, dest):
+                    pipe.copy(p + source, p + dest, replace=True)
+                    if ttl:
+                        pipe.expire(p + dest, ttl)
+                case Delete(key):
+                    pipe.delete(p + key)
+        if ttl and lock_key.endswith(INDEX_SUFFIX) and any(not isinstance(op, Delete) for op in ops):
             # keep the whole thread alive together: refresh every record the index lists
             thread = lock_key[: -len(INDEX_SUFFIX)]
-            written = {k for op, k, *_ in ops}
-            for op, key, value, _meta in ops:
-                if op == "put" and key == lock_key:
-                    for e in parse_index(value, where=key):
+            written = {op.target for op in ops}
+            for op in ops:
+                if isinstance(op, Put) and op.key == lock_key:
+                    for e in parse_index(op.value, where=op.key):
                         rk = f"{thread}:{e.checkpoint_id}"
                         if rk not in written:
                             pipe.expire(p + rk, ttl)

@@ -107,12 +107,14 @@ class S3Backend(InTreeCheckpointer):
         read_timeout: float = 60.0,
         max_attempts: int = 3,
         client: Any = None,
+        sign: bool = True,
     ) -> None:
         from tulip_nb.memory.backends._s3_io import S3IO  # imports boto3, or names the extra
 
         if prefix and not prefix.endswith("/"):
             prefix += "/"
         self.bucket = bucket
+        self.sign = sign
         self.prefix = prefix
         self.endpoint_url = endpoint_url
         self._io = S3IO(
@@ -335,6 +337,7 @@ class S3Backend(InTreeCheckpointer):
                     latest_id=latest_id,
                     latest_created_at=head.created_at if head is not None else None,
                     latest_metadata=parent_info.metadata if parent_info else None,
+                    sign=self.sign,
                 )
                 now, meta = plan.created_at, plan.metadata
                 await asyncio.gather(
@@ -550,6 +553,7 @@ class S3Backend(InTreeCheckpointer):
             old = [i for i in infos if i.created_at < cutoff]
             if not old:
                 continue
+            await self._relink_survivors(tid, infos, {i.checkpoint_id for i in old})  # before the deletes
             async with self._lock(tid):
                 keys = [self._key(tid, i.checkpoint_id, s) for i in old for s in (".json", ".meta.json")]
                 await self._run(self._io.delete_keys, keys)

@@ -110,7 +110,9 @@ class TulipPgCheckpointer(BaseCheckpointer):
         create_schema: bool = True,
         min_pool_size: int = 1,
         max_pool_size: int = 10,
+        sign: bool = True,
     ) -> None:
+        self.sign = sign
         if not tenant:
             raise UserError("tenant must be a non-empty string")
         self._asyncpg = _import_asyncpg()
@@ -236,6 +238,7 @@ class TulipPgCheckpointer(BaseCheckpointer):
                 state=state,
                 parent_metadata=(_json_obj(row["metadata"]) or {}) if row else None,
                 thread_id=thread_id,
+                sign=self.sign,
             )
             await self._upsert(conn, tenant, thread_id, cid, data, meta, now, _oldest_at(state))
         return cid

@@ -261,8 +261,11 @@ class BaseStore(ABC):
         """Delete one key; ``True`` if it existed."""
 
     @abstractmethod
-    async def list_keys(self, namespace: Namespace, limit: int = 100) -> list[str]:
-        """Keys of exactly ``namespace`` (not its sub-namespaces), most recently updated first."""
+    async def list_keys(self, namespace: Namespace, limit: int | None = 100) -> list[str]:
+        """Keys of exactly ``namespace`` (not its sub-namespaces), most recently updated first.
+
+        ``limit=None``: every key.
+        """
 
     # -- defaults built on the required ones -----------------------------------------------------
     async def exists(self, namespace: Namespace, key: str) -> bool:

@@ -115,8 +115,9 @@ class InMemoryStore(BaseStore):
             del self._rows[ns]
         return True
 
-    async def list_keys(self, namespace: Namespace, limit: int = 100) -> list[str]:
-        return [r.item.key for r in self._namespace_rows(namespace)[: max(limit, 0)]]
+    async def list_keys(self, namespace: Namespace, limit: int | None = 100) -> list[str]:
+        rows = self._namespace_rows(namespace)
+        return [r.item.key for r in (rows if limit is None else rows[: max(limit, 0)])]
 
     # -- optional ---------------------------------------------------------------------------------
     async def put_batch(self, items: list[tuple[Namespace, str, Any, dict[str, Any] | None]]) -> None:

@@ -282,7 +282,7 @@ class PgMemory(BaseStore):
             )
         return bool(status.rsplit(maxsplit=1)[-1] != "0")
 
-    async def list_keys(self, namespace: Namespace, limit: int = 100) -> list[str]:
+    async def list_keys(self, namespace: Namespace, limit: int | None = 100) -> list[str]:
         ns = validate_namespace(namespace)
         tenant = self._tenant_of(ns)
         async with self._tx(tenant) as conn:
@@ -290,7 +290,7 @@ class PgMemory(BaseStore):
                 f"SELECT key FROM {self.table} WHERE tenant = $1 AND ns = $2 ORDER BY updated_at DESC, key LIMIT $3",
                 tenant,
                 NS_SEP.join(ns),
-                max(limit, 0),
+                None if limit is None else max(limit, 0),  # LIMIT NULL: no limit
             )
         return [r["key"] for r in rows]
 
