@@ -42,6 +42,7 @@ from typing import Any
 import orjson
 
 from bench import bench_langgraph as lg
+from bench import bench_openai_sessions as oa
 from bench import sections
 from bench.workload import (
     SIZES,
@@ -518,6 +519,14 @@ async def section_conversation(tmp: Path, quick: bool, out: list[str]) -> dict[s
             Run("LangGraph SqliteSaver (WAL; messages as dicts)", got["times"], got["disk"], 1, got["load_ms"], n)
         )
         print("  conversation: LangGraph done", file=sys.stderr)
+    if oa.available():
+        msgs = build_conversation(n)
+        got = await oa.conversation(tmp / "conv_oa", msgs, iteration_ends(msgs), load_reps)
+        shutil.rmtree(tmp / "conv_oa", ignore_errors=True)
+        runs.append(
+            Run("OpenAI Agents SDK SQLiteSession (appends new items)", got["times"], got["disk"], 1, got["load_ms"], n)
+        )
+        print("  conversation: OpenAI Agents SDK done", file=sys.stderr)
     runs.extend(_floor_conversation(tmp / "conv_floor", n))
     shutil.rmtree(tmp / "conv_floor", ignore_errors=True)
     out.append(

@@ -48,7 +48,9 @@ def store(tmp_path: Path) -> Path:
     return base
 
 
-@pytest.mark.parametrize("command", ["serve", "threads", "threads ls", "threads show", "diff", "verify", "lab"])
+@pytest.mark.parametrize(
+    "command", ["serve", "threads", "threads ls", "threads show", "diff", "verify", "prune", "lab"]
+)
 def test_help(command: str) -> None:
     r = cli(*command.split(), "--help")
     assert r.returncode == 0 and "usage: tulip-nb" in r.stdout
@@ -157,3 +159,32 @@ def test_serve_one_worker_with_key_and_factory(tmp_path: Path) -> None:
     from tulip_nb.server._auth import principal_of
 
     assert r.stdout.split() == [f"{principal_of('k1')}:t"]
+
+
+def test_prune(tmp_path: Path) -> None:
+    base = tmp_path / "threads"
+
+    async def build() -> None:
+        script = [tool_call("lookup", order_id="o-1"), tool_call("lookup", order_id="o-2"), text("Both delivered.")]
+        cp = FileCheckpointer(base)
+        agent = Agent(ScriptedModel(script * 2), [lookup], checkpointer=cp, checkpoint_every_n_iterations=1)
+        await agent.run("Where are o-1 and o-2?", thread_id="t")
+        await agent.run("And now?", thread_id="t")
+
+    asyncio.run(build())
+    r = cli("prune", str(base), "t", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    would = [ln.split()[-1] for ln in r.stdout.splitlines()]
+    assert len(would) == 4 and all(ln.startswith("would drop ") for ln in r.stdout.splitlines())
+    assert "would drop 4 of 6 checkpoint(s); 6 kept" in r.stderr
+    r = cli("prune", str(base), "t")
+    assert r.returncode == 0, r.stderr
+    assert [ln.split()[-1] for ln in r.stdout.splitlines()] == would
+    assert "dropped 4 of 6 checkpoint(s); 2 kept" in r.stderr
+    r = cli("verify", str(base), "t")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[1] == "hash chain: 2 ok"
+    r = cli("prune", str(base), "t", "--keep-last", "-1")
+    assert r.returncode == 2 and "--keep-last" in r.stderr
+    r = cli("prune", str(base), "nope")
+    assert r.returncode == 2 and "no such thread" in r.stderr

@@ -17,7 +17,9 @@ live; the modules that write or read a key import it from here.
 - :data:`PARENT_KEY`, :data:`FORKED_FROM_KEY`, :data:`SOURCE_KEY` -- lineage, as tulip records it;
 - :data:`FORK_INDEX_KEY` -- a branch's first checkpoint: the source message index it was cut at;
 - :data:`HASH_KEY`, :data:`PARENT_HASH_KEY`, :data:`ALG_KEY` -- the integrity chain
-  (``tulip_nb.memory.integrity``).
+  (``tulip_nb.memory.integrity``);
+- :data:`PRUNED_KEY` -- a checkpoint whose parent a prune or vacuum removed: what was cut
+  (``tulip_nb.memory.retention``).
 
 **Message metadata** (``Message.metadata``):
 
@@ -48,6 +50,7 @@ __all__ = [
     "MEMORY_EVENTS_KEY",
     "MEMORY_MARK",
     "PARENT_HASH_KEY",
+    "PRUNED_KEY",
     "PARENT_KEY",
     "POSITION_KEY",
     "RUN_KEY",
@@ -108,6 +111,16 @@ PARENT_HASH_KEY = "tulip_nb_parent_hash"
 
 ALG_KEY = "tulip_nb_hash_alg"
 """Save-metadata key: the chain's algorithm (``"sha256-chain/1"``)."""
+
+PRUNED_KEY = "tulip_nb_pruned"
+"""Save-metadata key of a checkpoint whose parent was removed by a prune or a vacuum::
+
+    {"parent": "<the removed parent's id>", "parent_hash": "<its hash, as this checkpoint recorded it>",
+     "base_hash": "<the hash of the new parent (parent_checkpoint_id), or null>", "dropped": 3}
+
+``parent_checkpoint_id`` then names the nearest surviving ancestor (or is null), so lineage stays
+walkable and :func:`~tulip_nb.memory.integrity.verify_thread` accepts the cut. Not hashed (it is
+written after the checkpoint was signed); tulip ignores it."""
 
 # -- message metadata --------------------------------------------------------------------------
 

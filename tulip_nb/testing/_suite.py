@@ -414,3 +414,64 @@ class CheckpointerSuite:
             infos = await checkpointer.list_checkpoint_infos("x")
             assert infos[1].metadata == {"v": 2} and infos[1].created_at == created
             assert infos[0].parent_checkpoint_id == cid
+
+    # -- retention: prune and vacuum keep a verifiable chain ------------------------------------
+    async def _turns(self, cp: BaseCheckpointer, thread_id: str) -> dict[str, str]:
+        """Two finished turns and an unfinished third, saved the way the agent saves them."""
+        ids: dict[str, str] = {}
+        steps = ["1a", "1b", "1end", "2a", "2end", "3a", "3b"]
+        for n, step in enumerate(steps):
+            source = "final" if step.endswith("end") else "iteration"
+            ids[step] = await cp.save(full_state(marker=step), thread_id, metadata={"source": source, "n": n})
+        return ids
+
+    async def test_prune_drops_finished_iteration_saves(self, checkpointer_store: Opener) -> None:
+        """Default prune: the iteration saves of ended turns go; turn ends and the open turn stay."""
+        from tulip_nb.memory.integrity import verify_thread
+
+        self._skip_unless(self.keeps_save_metadata and self.supports_delete, "save metadata and delete")
+        async with checkpointer_store() as cp:
+            ids = await self._turns(cp, "pr")
+            assert await cp.prune("pr") == 3
+            assert await cp.prune("pr") == 0  # nothing left to do: a re-run after a crash is harmless
+        async with checkpointer_store() as cp:  # as a fresh process sees it
+            kept = set(await cp.list_checkpoints("pr", limit=None))
+            assert kept == {ids["1end"], ids["2end"], ids["3a"], ids["3b"]}
+            latest = await cp.load_checkpoint("pr")
+            assert latest is not None and latest.checkpoint_id == ids["3b"]
+            report = await verify_thread(cp, "pr")
+            assert report.ok, str(report)
+            end2 = await cp.load_checkpoint("pr", ids["2end"])
+            assert end2 is not None and end2.parent_checkpoint_id == ids["1end"]
+            assert end2.state.messages[1].content == "question 0 2end"
+
+    async def test_prune_keep_last(self, checkpointer: BaseCheckpointer) -> None:
+        from tulip_nb.memory.integrity import verify_thread
+
+        self._skip_unless(self.keeps_save_metadata and self.supports_delete, "save metadata and delete")
+        ids = await self._turns(checkpointer, "kl")
+        assert await checkpointer.prune("kl", keep_last=2, keep_turn_ends=False) == 5
+        assert await checkpointer.list_checkpoints("kl", limit=None) == [ids["3b"], ids["3a"]]
+        report = await verify_thread(checkpointer, "kl")
+        assert report.ok, str(report)
+        with pytest.raises(ValueError, match="keep_last"):
+            await checkpointer.prune("kl", keep_last=-1)
+
+    async def test_vacuum_keeps_a_verifiable_chain(self, checkpointer: BaseCheckpointer) -> None:
+        """Signed checkpoints imported with old times: vacuum drops them, the rest still verifies."""
+        from tulip_nb.memory.backends.memory import MemoryCheckpointer
+        from tulip_nb.memory.integrity import verify_thread
+
+        self._skip_unless(self.keeps_save_metadata and checkpointer.capabilities.vacuum, "vacuum")
+        source = MemoryCheckpointer()
+        for i in range(4):
+            await source.save(full_state(marker=str(i)), "vac")
+        old = datetime.now(UTC) - timedelta(days=90)
+        for n, info in enumerate(reversed(await source.list_checkpoint_infos("vac", None))):
+            ckpt = await source.load_checkpoint("vac", info.checkpoint_id)
+            assert ckpt is not None
+            when = old + timedelta(seconds=n) if n < 2 else ckpt.created_at
+            await checkpointer.put_checkpoint(Checkpoint(ckpt.checkpoint_id, "vac", when, ckpt.state, ckpt.metadata))
+        assert await checkpointer.vacuum(older_than_days=30) == 2
+        report = await verify_thread(checkpointer, "vac")
+        assert report.ok and report.counts() == {"ok": 2}, str(report)
