@@ -26,6 +26,7 @@ Role = Literal["system", "user", "assistant", "tool"]
 
 _JSON_CACHE = "_tulip_nb_json"
 _JSON_RAW = "_tulip_nb_raw"  # the parsed JSON dict a fast-loaded message came from
+DIGEST_CACHE = "_tulip_nb_digest"  # core.state.message_digest, kept like the JSON bytes
 
 
 class ToolCall(BaseModel):
@@ -125,6 +126,7 @@ class Message(BaseModel):
         if update:
             copy.__dict__.pop(_JSON_CACHE, None)
             copy.__dict__.pop(_JSON_RAW, None)
+            copy.__dict__.pop(DIGEST_CACHE, None)
         return copy
 
     # -- block view (seed 002: ``msg["role"]``, ``msg["content"]`` as text blocks) -------------

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tulip_nb.core._time import AwareDatetime, utcnow
 from tulip_nb.core.frozen import FrozenDict, FrozenList
-from tulip_nb.core.messages import Message, ToolCall
+from tulip_nb.core.messages import DIGEST_CACHE, Message, ToolCall
 
 __all__ = [
     "AgentState",
@@ -176,7 +176,19 @@ def message_digest(message: Message) -> bytes:
 
     Sorting keys makes the digest independent of the key order a store hands back (PostgreSQL
     ``jsonb`` reorders keys, tulip writes its own order), so a checkpoint verifies on every backend.
+    Computed once per message object (messages are immutable) and kept beside its JSON bytes, so
+    verifying the consecutive checkpoints of a thread, which share message objects, hashes each
+    message once.
     """
+    cached: bytes | None = message.__dict__.get(DIGEST_CACHE)
+    if cached is not None:
+        return cached
+    digest = _message_digest(message)
+    message.__dict__[DIGEST_CACHE] = digest
+    return digest
+
+
+def _message_digest(message: Message) -> bytes:
     try:  # fast: dump the fields as they are, when they are plain JSON values (always, once loaded)
         data = orjson.dumps(_plain_message(message), option=_CANONICAL, default=_not_plain)
     except (orjson.JSONEncodeError, TypeError):  # anything else: the serialiser's JSON, re-sorted
