@@ -10,6 +10,17 @@ the waiting thread (Ctrl-C, a notebook's stop button) cancels the coroutine.
 
 A ``run_sync`` issued *from* that loop's own thread (a coroutine calling sync code that calls
 ``run_sync``) cannot wait on its own loop, so it runs on a private loop in a worker thread instead.
+
+Sync twins follow one naming rule, ``ax`` is async and ``x`` its sync twin (``aopen_thread`` /
+``open_thread``, ``Replay.astep`` / ``Replay.step``), and one mechanism, :func:`sync_twin`, which
+also serves the seed's ``x`` / ``x_sync`` names (``Agent.run`` / ``Agent.run_sync``)::
+
+    async def aopen_thread(checkpointer, thread_id): ...
+    open_thread = sync_twin(aopen_thread)
+
+    class Agent:
+        async def run(self, prompt): ...
+        run_sync = sync_twin(run, name="run_sync")
 """
 
 from __future__ import annotations
@@ -17,13 +28,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
+import inspect
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["background_loop", "run_sync"]
+__all__ = ["background_loop", "run_sync", "sync_twin"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -83,3 +97,53 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         if not result.done():  # interrupted while waiting: stop the coroutine too
             loop.call_soon_threadsafe(lambda: [t.cancel() for t in task_box])
         raise
+
+
+def sync_twin(afn: Callable[P, Coroutine[Any, Any, T]], *, name: str | None = None) -> Callable[P, T]:
+    """The sync twin of the coroutine function ``afn``: same parameters, returns what ``afn``
+    returns, by running it with :func:`run_sync` (so it works inside a running loop too).
+
+    ``name``: the twin's name; by default ``afn``'s without its leading ``a`` (``aopen_thread`` ->
+    ``open_thread``). Works on module functions and on methods (assigned in the class body); a
+    method twin looks ``afn`` up on the instance at each call, so a subclass's override of
+    ``afn`` is the one that runs, as with a hand-written ``run_sync(self.afn(...))``. The twin's
+    docstring says "Sync twin of :func:`afn`" above ``afn``'s own; ``inspect.signature`` and
+    ``help()`` show ``afn``'s parameters.
+
+    >>> async def adouble(x: int) -> int:
+    ...     \"\"\"Twice ``x``.\"\"\"
+    ...     return 2 * x
+    >>> double = sync_twin(adouble)
+    >>> double(21), double.__name__, double.__doc__.splitlines()[0]
+    (42, 'double', 'Sync twin of :func:`adouble` (works inside a running event loop too).')
+    """
+    if not inspect.iscoroutinefunction(afn):
+        raise TypeError(f"sync_twin() needs an async def function, got {afn!r}")
+    aname = afn.__name__
+    if name is None:
+        if len(aname) < 2 or not aname.startswith("a"):
+            raise ValueError(f"sync_twin({aname}): the name of an async function starts with 'a'; pass name=")
+        name = aname[1:]
+    owner = afn.__qualname__.rpartition(".")[0]
+    is_method = bool(owner) and not owner.endswith("<locals>")
+
+    if is_method:
+
+        def twin(*args: P.args, **kwargs: P.kwargs) -> T:
+            # Look the coroutine method up on the instance: a subclass may override it.
+            bound: Callable[..., Coroutine[Any, Any, T]] = getattr(args[0], aname)
+            return run_sync(bound(*args[1:], **kwargs))
+
+    else:
+
+        def twin(*args: P.args, **kwargs: P.kwargs) -> T:
+            return run_sync(afn(*args, **kwargs))
+
+    functools.update_wrapper(twin, afn)  # __module__, __doc__, __dict__, __wrapped__ (the signature)
+    twin.__name__ = name
+    twin.__qualname__ = f"{owner}.{name}" if owner else name
+    role = "meth" if is_method else "func"
+    head = f"Sync twin of :{role}:`{aname}` (works inside a running event loop too)."
+    doc = inspect.cleandoc(afn.__doc__) if afn.__doc__ else ""
+    twin.__doc__ = f"{head}\n\n{doc}" if doc else head
+    return twin

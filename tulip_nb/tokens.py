@@ -17,7 +17,8 @@ Where the encoding comes from, in order (``counter.source`` says which one answe
    with a :class:`TokenEstimateWarning`. Never a silent guess.
 
 Messages never change once appended, so each message is counted once: the count is cached under
-the message object (a weak reference, so the cache never keeps a message alive) and, one level
+the message object (an :class:`~tulip_nb.core.identity.IdentityCache`: by identity, guarded by a
+weak reference, so the cache never keeps a message alive nor serves a reused id) and, one level
 down, under its cached JSON bytes (:meth:`tulip_nb.core.Message.json_bytes`), so equal messages
 share a count. A hit costs one dict lookup; counting a request before each model call then costs
 what is new, not the thread's length.
@@ -42,11 +43,11 @@ import os
 import tempfile
 import threading
 import warnings
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from tulip_nb.core.errors import UserError
+from tulip_nb.core.identity import IdentityCache
 from tulip_nb.core.messages import Message
 
 __all__ = [
@@ -297,8 +298,8 @@ class TokenCounter:
                 stacklevel=2,
             )
         self._max_cached = max_cached
-        # Hot path: id(message) -> (weakref, count); a weakref guards against a reused id.
-        self._by_id: dict[int, tuple[weakref.ref[Message], int]] = {}
+        # Hot path: message object -> count (by identity; a weakref guards against a reused id).
+        self._by_id: IdentityCache[Message, int] = IdentityCache()
         self._by_bytes: dict[bytes, int] = {}
         self._tools: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -358,12 +359,9 @@ class TokenCounter:
 
     def count_message(self, msg: Message) -> int:
         """Tokens one message adds to a request (overhead, role, text, name, tool calls)."""
-        entry = self._by_id.get(id(msg))
-        if entry is not None and entry[0]() is msg:
-            return entry[1]
-        return self._count_slow(msg)
+        return self._by_id.get_or_compute(msg, self._count_content)
 
-    def _count_slow(self, msg: Message) -> int:
+    def _count_content(self, msg: Message) -> int:
         # Second level: equal content (other Message objects with the same JSON) shares a count.
         key = msg.json_bytes()
         n = self._by_bytes.get(key)
@@ -375,54 +373,24 @@ class TokenCounter:
                     for old in list(self._by_bytes)[: self._max_cached // 4]:
                         del self._by_bytes[old]
                 self._by_bytes[key] = n
-        ident = id(msg)
-        by_id = self._by_id
-
-        def _forget(ref: weakref.ref[Message], ident: int = ident) -> None:
-            # The message died: its id may be reused, so drop the entry if it is still ours.
-            entry = by_id.get(ident)
-            if entry is not None and entry[0] is ref:
-                by_id.pop(ident, None)
-
-        by_id[ident] = (weakref.ref(msg, _forget), n)
         return n
 
     def message_counts(self, messages: Iterable[Message]) -> list[int]:
         """Per-message counts (cached); their sum plus :data:`REPLY_PRIMING` is a request's."""
-        get = self._by_id.get
-        out: list[int] = []
-        append = out.append
-        for m in messages:
-            entry = get(id(m))
-            if entry is not None and entry[0]() is m:
-                append(entry[1])
-            else:
-                append(self._count_slow(m))
-        return out
+        return self._by_id.get_or_compute_many(messages, self._count_content)
 
     def remember(self, messages: Sequence[Message], counts: Sequence[int]) -> None:
         """Cache counts known from elsewhere (e.g. saved with the thread by the agent that made
         them), so these messages are not encoded again. The caller vouches that each count is this
         counter's count of that message."""
         by_id, by_bytes = self._by_id, self._by_bytes
-
-        def forgetter(ident: int) -> Callable[[weakref.ref[Message]], None]:
-            def _forget(ref: weakref.ref[Message]) -> None:
-                entry = by_id.get(ident)
-                if entry is not None and entry[0] is ref:
-                    by_id.pop(ident, None)
-
-            return _forget
-
         with self._lock:
             for msg, n in zip(messages, counts, strict=False):
-                ident = id(msg)
-                entry = by_id.get(ident)
-                if entry is not None and entry[0]() is msg:
+                if msg in by_id:
                     continue
                 if len(by_bytes) < self._max_cached:
                     by_bytes.setdefault(msg.json_bytes(), int(n))
-                by_id[ident] = (weakref.ref(msg, forgetter(ident)), int(n))
+                by_id.put(msg, int(n))
 
     def count_messages(self, messages: Iterable[Message]) -> int:
         """Tokens of the messages of one request, reply priming included."""
@@ -463,7 +431,7 @@ class FunctionCounter(TokenCounter):
         self.encoding = getattr(fn, "__name__", "custom")
         self._encoder, self.source, self.exact = None, "function", False
         self._max_cached = max_cached
-        self._by_id = {}
+        self._by_id = IdentityCache()
         self._by_bytes = {}
         self._tools = {}
         self._lock = threading.Lock()

@@ -131,7 +131,8 @@ async def _agent_loop(directory: str, thread_id: str, ledger: str, resume: bool)
             os.fsync(fd)
         finally:
             os.close(fd)
-        await asyncio.sleep(0.01)
+        # long enough that a run outlasts the test's kill window (0.03-0.25 s) on a fast disk
+        await asyncio.sleep(0.05)
         return f"effect {i} done"
 
     agent = Agent(

@@ -11,7 +11,15 @@ from typing import Any
 import orjson
 
 from tulip_nb.core import utcnow
-from tulip_nb.core.calls import POSITION_KEY, CallRef, block_end, execution_position, results_of, unanswered_calls
+from tulip_nb.core.calls import (
+    POSITION_KEY,
+    CallRef,
+    block_end,
+    execution_position,
+    last_model_call,
+    results_of,
+    unanswered_calls,
+)
 from tulip_nb.core.keys import ITER_KEY, RUN_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
@@ -114,11 +122,8 @@ def close_unanswered_calls(messages: list[Message]) -> list[Message]:
 
 
 def last_assistant(messages: list[Message]) -> int | None:
-    """Index of the last assistant message, or None."""
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].role == "assistant":
-            return i
-    return None
+    """Index of the last assistant message, or None (:func:`~tulip_nb.core.calls.last_model_call`)."""
+    return last_model_call(messages)
 
 
 def pending_positions(messages: list[Message]) -> list[CallRef]:

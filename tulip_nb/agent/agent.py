@@ -24,7 +24,8 @@ before it pauses on an interrupt; with ``checkpoint_every_n_iterations=N`` also 
 iteration that executed tools. A run continued with :meth:`Agent.resume` saves when it finishes,
 raises or pauses again. Every save records its parent checkpoint (lineage).
 
-Sync use: one rule, ``x`` is async and ``x_sync`` its sync twin — :meth:`run_sync`,
+Sync use: one rule, ``x`` is async and ``x_sync`` its sync twin (made from ``x`` by the package's
+one twin mechanism, ``tulip_nb._sync.sync_twin``) — :meth:`run_sync`,
 :meth:`resume_sync`, :meth:`fork_sync`, :meth:`get_state_sync`, :meth:`get_state_history_sync`,
 :meth:`update_state_sync` — and ``agent("...")`` is ``run_sync``; they work in scripts *and* in
 notebook cells (a running event loop) without ``nest_asyncio``. Stepping:
@@ -38,7 +39,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Literal
 
-from tulip_nb._sync import run_sync
+from tulip_nb._sync import sync_twin
 from tulip_nb.agent._checks import check_checkpointer
 from tulip_nb.agent._loop import TurnRunner, snapshot
 from tulip_nb.agent._turn import coerce_messages, pending_calls, run_info, start_turn
@@ -46,6 +47,7 @@ from tulip_nb.agent.errors import NothingToResume, ResumeNeedsResponse
 from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, check_hooks, emit
 from tulip_nb.agent.result import AgentResult, Step
 from tulip_nb.core import utcnow
+from tulip_nb.core.calls import last_model_call
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
 from tulip_nb.core.keys import STATE_KEY
 from tulip_nb.core.messages import Message
@@ -174,11 +176,7 @@ class Agent(AgentBase):
             pass
         return self._result(runners[0])
 
-    def run_sync(
-        self, prompt: str, thread_id: str | None = None, metadata: dict[str, Any] | None = None
-    ) -> AgentResult:
-        """:meth:`run` from sync code — a script or a notebook cell with a running loop."""
-        return run_sync(self.run(prompt, thread_id=thread_id, metadata=metadata))
+    run_sync = sync_twin(run, name="run_sync")
 
     def __call__(
         self, prompt: str, thread_id: str | None = None, metadata: dict[str, Any] | None = None
@@ -208,11 +206,7 @@ class Agent(AgentBase):
             pass
         return self._result(runners[0])
 
-    def resume_sync(
-        self, response: Any = None, *, thread_id: str | None = None, metadata: dict[str, Any] | None = None
-    ) -> AgentResult:
-        """:meth:`resume` from sync code (works inside a running loop too)."""
-        return run_sync(self.resume(response, thread_id=thread_id, metadata=metadata))
+    resume_sync = sync_twin(resume, name="resume_sync")
 
     def iterate_resume(
         self, response: Any = None, *, thread_id: str | None = None, metadata: dict[str, Any] | None = None
@@ -324,7 +318,8 @@ class Agent(AgentBase):
 
     def _result(self, runner: TurnRunner) -> AgentResult:
         state = runner.state
-        final = next((m for m in reversed(state.messages) if m.role == "assistant"), None)
+        last = last_model_call(state.messages)
+        final = state.messages[last] if last is not None else None
         return AgentResult(
             message=final,
             state=snapshot(state),
@@ -355,9 +350,7 @@ class Agent(AgentBase):
             raise CheckpointNotFound("thread has no checkpoints", thread_id=thread_id)
         return state
 
-    def get_state_sync(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState:
-        """:meth:`get_state` from sync code (works inside a running loop too)."""
-        return run_sync(self.get_state(thread_id, checkpoint_id))
+    get_state_sync = sync_twin(get_state, name="get_state_sync")
 
     async def get_state_history(self, thread_id: str, limit: int = 10) -> list[Checkpoint]:
         """The thread's checkpoints, newest first, each with its state and save metadata."""
@@ -369,9 +362,7 @@ class Agent(AgentBase):
                 out.append(ckpt)
         return out
 
-    def get_state_history_sync(self, thread_id: str, limit: int = 10) -> list[Checkpoint]:
-        """:meth:`get_state_history` from sync code (works inside a running loop too)."""
-        return run_sync(self.get_state_history(thread_id, limit=limit))
+    get_state_history_sync = sync_twin(get_state_history, name="get_state_history_sync")
 
     async def fork(self, thread_id: str, checkpoint_id: str | None = None, new_thread_id: str | None = None) -> str:
         """Copy one checkpoint (default: the latest) into a new thread and return its id.
@@ -398,9 +389,7 @@ class Agent(AgentBase):
         )
         return new_id
 
-    def fork_sync(self, thread_id: str, checkpoint_id: str | None = None, new_thread_id: str | None = None) -> str:
-        """:meth:`fork` from sync code (works inside a running loop too); returns the new thread id."""
-        return run_sync(self.fork(thread_id, checkpoint_id, new_thread_id))
+    fork_sync = sync_twin(fork, name="fork_sync")
 
     async def update_state(
         self, thread_id: str, messages: Iterable[Any] | None = None, metadata: dict[str, Any] | None = None
@@ -427,11 +416,7 @@ class Agent(AgentBase):
         )
         return cid
 
-    def update_state_sync(
-        self, thread_id: str, messages: Iterable[Any] | None = None, metadata: dict[str, Any] | None = None
-    ) -> str:
-        """:meth:`update_state` from sync code (works inside a running loop too)."""
-        return run_sync(self.update_state(thread_id, messages, metadata))
+    update_state_sync = sync_twin(update_state, name="update_state_sync")
 
     def clone(self, *, hooks: Sequence[Any] = (), strict_concurrency: bool | None = None) -> Agent:
         """A twin for one concurrent caller: same model, tools, prompt and checkpointer; its own

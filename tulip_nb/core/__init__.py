@@ -1,5 +1,6 @@
-"""tulip_nb.core: the data model (messages, AgentState), the persisted metadata keys (:mod:`tulip_nb.core.keys`) and the
-error tree. No I/O."""
+"""tulip_nb.core: the data model (messages, AgentState), the persisted metadata keys (:mod:`tulip_nb.core.keys`), the
+error tree, and the rules every layer shares: tool-call and model-call positions (:mod:`tulip_nb.core.calls`) and
+per-object caches (:class:`~tulip_nb.core.identity.IdentityCache`). No I/O."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tulip_nb.core.errors import (
     TulipNBError,
     UserError,
 )
+from tulip_nb.core.identity import IdentityCache
 from tulip_nb.core.messages import Message, Role, ToolCall
 from tulip_nb.core.state import (
     AgentState,
@@ -37,6 +39,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointNotFound",
     "ContextWindowExceeded",
+    "IdentityCache",
     "InvalidThreadId",
     "Message",
     "MessageBlobCache",

@@ -23,6 +23,14 @@ The ids are kept and sent back to the provider exactly as it issued them; they o
 [None, None, (1, 0), None, None, (4, 0)]
 >>> results_of(msgs, 4)
 [5]
+
+A *model call* is an assistant message: the ``k``-th call of a thread (0-based) is the request
+that produced its ``k``-th assistant message, and saw the messages before it. The helpers
+:func:`model_calls`, :func:`model_call_count`, :func:`model_call_index`, :func:`calls_before` and
+:func:`last_model_call` are the one definition of that numbering.
+
+>>> model_calls(msgs), model_call_index(msgs, -1), calls_before(msgs, 4)
+([1, 4], 4, 1)
 """
 
 from __future__ import annotations
@@ -42,7 +50,12 @@ __all__ = [
     "answered_by",
     "block_end",
     "call_results",
+    "calls_before",
     "execution_position",
+    "last_model_call",
+    "model_call_count",
+    "model_call_index",
+    "model_calls",
     "pair_block",
     "results_of",
     "unanswered_calls",
@@ -50,6 +63,92 @@ __all__ = [
 
 CallRef = tuple[int, int]
 """``(index of the assistant message, index of the call in its tool_calls)``."""
+
+
+# -- model calls -----------------------------------------------------------------------------------
+
+
+def model_calls(messages: Sequence[Message]) -> list[int]:
+    """Indices of the assistant messages of ``messages``: one per model call, in order.
+
+    >>> from tulip_nb.core.messages import Message
+    >>> model_calls([Message.system("s"), Message.user("a"), Message.assistant("b"), Message.assistant("c")])
+    [2, 3]
+    """
+    return [i for i, m in enumerate(messages) if m.role == "assistant"]
+
+
+def model_call_count(messages: Sequence[Message]) -> int:
+    """How many model calls (assistant messages) ``messages`` records.
+
+    >>> from tulip_nb.core.messages import Message
+    >>> model_call_count([Message.user("a"), Message.assistant("b")]), model_call_count([])
+    (1, 0)
+    """
+    return sum(1 for m in messages if m.role == "assistant")
+
+
+def model_call_index(messages: Sequence[Message], k: int) -> int:
+    """Index in ``messages`` of the assistant message of model call ``k`` (0-based; a negative
+    ``k`` counts from the end, as for a list: ``-1`` is the last call).
+
+    Raises :class:`IndexError` naming ``k`` and the number of calls when there is no call ``k``.
+
+    >>> from tulip_nb.core.messages import Message
+    >>> msgs = [Message.user("a"), Message.assistant("b"), Message.user("c"), Message.assistant("d")]
+    >>> model_call_index(msgs, 0), model_call_index(msgs, 1), model_call_index(msgs, -2)
+    (1, 3, 1)
+    >>> model_call_index(msgs, 2)
+    Traceback (most recent call last):
+    ...
+    IndexError: no model call 2: the messages record 2 model calls
+    """
+    if k >= 0:
+        seen = 0
+        for i, m in enumerate(messages):
+            if m.role == "assistant":
+                if seen == k:
+                    return i
+                seen += 1
+    else:
+        seen = 0
+        for i in range(len(messages) - 1, -1, -1):
+            if messages[i].role == "assistant":
+                seen += 1
+                if seen == -k:
+                    return i
+    raise IndexError(f"no model call {k}: the messages record {model_call_count(messages)} model calls")
+
+
+def calls_before(messages: Sequence[Message], j: int) -> int:
+    """Model calls made before message ``j``: the assistant messages in ``messages[:j]`` (so the
+    number of the call that message ``j`` is, when it is an assistant message).
+
+    >>> from tulip_nb.core.messages import Message
+    >>> msgs = [Message.user("a"), Message.assistant("b"), Message.user("c"), Message.assistant("d")]
+    >>> [calls_before(msgs, j) for j in range(len(msgs) + 1)]
+    [0, 0, 1, 1, 2]
+    """
+    return model_call_count(messages[:j])
+
+
+def last_model_call(messages: Sequence[Message], end: int | None = None) -> int | None:
+    """Index of the last assistant message of ``messages[:end]`` (the latest model call), or
+    ``None`` when there is none. Scans from the end, so it costs what follows that message.
+
+    >>> from tulip_nb.core.messages import Message
+    >>> msgs = [Message.user("a"), Message.assistant("b"), Message.user("c")]
+    >>> last_model_call(msgs), last_model_call(msgs, 1)
+    (1, None)
+    """
+    stop = slice(None, end).indices(len(messages))[1]  # exactly the end of messages[:end]
+    for i in range(stop - 1, -1, -1):
+        if messages[i].role == "assistant":
+            return i
+    return None
+
+
+# -- call/result pairing ---------------------------------------------------------------------------
 
 
 def block_end(messages: Sequence[Message], i: int) -> int:

@@ -1,16 +1,19 @@
-"""Small helpers shared by the lab modules: sync calls, message rendering, edits, lineage keys."""
+"""Small helpers shared by the lab modules: message rendering, edits, lineage keys.
+
+Sync calls are not here: every sync twin of the lab is :func:`tulip_nb._sync.sync_twin` of its
+``a``-prefixed coroutine function, and the few hand-written ones call :func:`tulip_nb._sync.run_sync`.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import orjson
 
 from tulip_nb._html import esc
-from tulip_nb._sync import run_sync
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.keys import FORK_INDEX_KEY
 from tulip_nb.core.messages import Message
@@ -23,20 +26,12 @@ __all__ = [
     "canonical_json",
     "esc",
     "message_key",
-    "run",
     "short",
 ]
-
-T = TypeVar("T")
 
 Edit = str | Message | Callable[[Message], Message] | Mapping[int, "str | Message | Callable[[Message], Message]"]
 """How a fork or a live branch changes a message: new text, a whole message, a function of the
 message, or ``{index: one of those}`` for explicit positions."""
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` from sync code (a script or a notebook cell with a running loop)."""
-    return run_sync(coro)
 
 
 def short(text: str | None, limit: int = 160) -> str:

@@ -28,13 +28,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
+from tulip_nb._sync import sync_twin
 from tulip_nb.agent import Agent
 from tulip_nb.agent.turns import RUN_KEY, snapshot
-from tulip_nb.core.calls import POSITION_KEY, CallRef, answered_by, execution_position
+from tulip_nb.core.calls import POSITION_KEY, CallRef, answered_by, execution_position, model_call_count
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
-from tulip_nb.lab._common import FORK_INDEX_KEY, Edit, apply_edit, run, short
+from tulip_nb.lab._common import FORK_INDEX_KEY, Edit, apply_edit, short
 from tulip_nb.lab.thread import Thread, ThreadLike, aas_thread, aopen_thread
 from tulip_nb.memory.conversation.events import EVENTS_KEY, STATE_KEY
 from tulip_nb.memory.conversation.plan import fingerprint
@@ -114,7 +115,7 @@ def branch_state(state: AgentState, messages: list[Message], *, shift: int = 0) 
     # per-turn bookkeeping describes the turn the branch point is in
     start = max((i for i, m in enumerate(messages) if m.role == "user"), default=0)
     turn = messages[start:]
-    new.iteration = sum(1 for m in turn if m.role == "assistant")
+    new.iteration = model_call_count(turn)
     new.tool_executions = turn_executions(new.tool_executions, messages, start, shift)
     new.tool_history = [ex.tool_name for ex in new.tool_executions]
     new.reasoning_steps = [r for r in new.reasoning_steps if r.iteration <= new.iteration]
@@ -182,7 +183,13 @@ async def afork(
     *,
     checkpointer: BaseCheckpointer | str | None = None,
 ) -> Thread:
-    """Async :func:`fork`."""
+    """A new thread with ``thread``'s history up to ``at`` (module docstring); returns its handle.
+
+    ``thread``: a :class:`Thread`, or a thread id with ``checkpointer=`` (a checkpointer or its URL).
+
+    Errors name the thread and the point: a checkpoint not in the thread or an index past the end
+    raise :class:`CheckpointNotFound`; a taken ``new_thread_id`` :class:`CheckpointConflict`.
+    """
     thread = await aas_thread(thread, checkpointer, what="fork")
     state, index, parent = await _point(thread, at)
     msgs, _ = apply_edit(state.messages[: index + 1], edit, index, f"thread {thread.thread_id!r}")
@@ -192,22 +199,7 @@ async def afork(
     return await aopen_thread(thread.checkpointer, new_id, counter=thread.counter)
 
 
-def fork(
-    thread: ThreadLike,
-    at: str | int,
-    edit: Edit | None = None,
-    new_thread_id: str | None = None,
-    *,
-    checkpointer: BaseCheckpointer | str | None = None,
-) -> Thread:
-    """A new thread with ``thread``'s history up to ``at`` (module docstring); returns its handle.
-
-    ``thread``: a :class:`Thread`, or a thread id with ``checkpointer=`` (a checkpointer or its URL).
-
-    Errors name the thread and the point: a checkpoint not in the thread or an index past the end
-    raise :class:`CheckpointNotFound`; a taken ``new_thread_id`` :class:`CheckpointConflict`.
-    """
-    return run(afork(thread, at, edit, new_thread_id, checkpointer=checkpointer))
+fork = sync_twin(afork)
 
 
 def _variant_agent(base: Agent | None, spec: Mapping[str, Any], name: str, cp: Any) -> Agent:
@@ -262,7 +254,16 @@ async def asweep(
     agent: Agent | None = None,
     concurrency: int = 4,
 ) -> pd.DataFrame:
-    """Async :func:`sweep`."""
+    """Run one branch per variant from the same point; a DataFrame row per variant.
+
+    Each variant (``{"model", "system_prompt", "edit", "conversation_manager", "tool_override"}``,
+    all optional; the rest comes from ``agent``) is forked at ``at`` into its own thread, then runs
+    ``prompt`` as a new turn (or, without a prompt, continues the unfinished turn at that point).
+    ``variants``: ``{name: spec}``, or a list of specs, named ``"0: model='openai:gpt-4o'"`` etc.
+    Columns: variant, thread_id, final_answer, iterations, tool_trajectory, tokens, compactions,
+    error (a failed variant is reported, not raised). At most ``concurrency`` run at once.
+    ``thread``: a :class:`Thread`, or a thread id with ``checkpointer=`` (a checkpointer or its URL).
+    """
     pd = require("pandas")
 
     if concurrency < 1:
@@ -319,26 +320,4 @@ async def asweep(
     return pd.DataFrame(rows, columns=cols)
 
 
-def sweep(
-    thread: ThreadLike,
-    at: str | int,
-    variants: Variants,
-    *,
-    checkpointer: BaseCheckpointer | str | None = None,
-    prompt: str | None = None,
-    agent: Agent | None = None,
-    concurrency: int = 4,
-) -> pd.DataFrame:
-    """Run one branch per variant from the same point; a DataFrame row per variant.
-
-    Each variant (``{"model", "system_prompt", "edit", "conversation_manager", "tool_override"}``,
-    all optional; the rest comes from ``agent``) is forked at ``at`` into its own thread, then runs
-    ``prompt`` as a new turn (or, without a prompt, continues the unfinished turn at that point).
-    ``variants``: ``{name: spec}``, or a list of specs, named ``"0: model='openai:gpt-4o'"`` etc.
-    Columns: variant, thread_id, final_answer, iterations, tool_trajectory, tokens, compactions,
-    error (a failed variant is reported, not raised). At most ``concurrency`` run at once.
-    ``thread``: a :class:`Thread`, or a thread id with ``checkpointer=`` (a checkpointer or its URL).
-    """
-    return run(
-        asweep(thread, at, variants, checkpointer=checkpointer, prompt=prompt, agent=agent, concurrency=concurrency)
-    )
+sweep = sync_twin(asweep)

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
-from tulip_nb.core.calls import CallRef, answered_by
+from tulip_nb._sync import sync_twin
+from tulip_nb.core.calls import CallRef, answered_by, calls_before
 from tulip_nb.core.messages import Message
-from tulip_nb.lab._common import call_text, canonical_json, esc, message_key, run, short
+from tulip_nb.lab._common import call_text, canonical_json, esc, message_key, short
 from tulip_nb.lab.lineage import common_ancestor
 
 if TYPE_CHECKING:
@@ -275,7 +276,9 @@ def _final(msgs: list[Message]) -> str:
 async def adiff_threads(
     a: Thread | str, b: Thread | str, *, checkpointer: BaseCheckpointer | str | None = None
 ) -> ThreadDiff:
-    """Async :func:`diff_threads`."""
+    """Compare two threads (module docstring); ``a`` is the reference, ``b`` the other side (a
+    :class:`Thread`, or a thread id of ``a``'s checkpointer). ``a`` may be a thread id too, with
+    ``checkpointer=`` (a checkpointer or its URL): then both ids are opened there."""
     from tulip_nb.lab.thread import Thread, aas_thread, aopen_thread
 
     a = await aas_thread(a, checkpointer, what="diff_threads")
@@ -299,7 +302,7 @@ async def adiff_threads(
         ancestor=ancestor,
         method="lineage" if ancestor else "prefix",
         divergence_index=d,
-        divergence_call=sum(1 for m in ma[:d] if m.role == "assistant"),
+        divergence_call=calls_before(ma, d),
         changes=changes,
         n_a=len(ma),
         n_b=len(mb),
@@ -310,8 +313,4 @@ async def adiff_threads(
     )
 
 
-def diff_threads(a: Thread | str, b: Thread | str, *, checkpointer: BaseCheckpointer | str | None = None) -> ThreadDiff:
-    """Compare two threads (module docstring); ``a`` is the reference, ``b`` the other side (a
-    :class:`Thread`, or a thread id of ``a``'s checkpointer). ``a`` may be a thread id too, with
-    ``checkpointer=`` (a checkpointer or its URL): then both ids are opened there."""
-    return run(adiff_threads(a, b, checkpointer=checkpointer))
+diff_threads = sync_twin(adiff_threads)

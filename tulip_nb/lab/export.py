@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import orjson
 
 from tulip_nb._deps import require
+from tulip_nb._sync import sync_twin
 from tulip_nb.core import iso_offset
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.state import state_json_bytes
@@ -308,7 +309,32 @@ async def aexport_threads(
     principal: str | None = None,
     concurrency: int = 4,
 ) -> pd.DataFrame:
-    """The coroutine behind :func:`export_threads` (same arguments), for use inside a loop."""
+    """Copy threads with their whole checkpoint history from ``source`` to ``dest``, verified.
+
+    Args:
+        source, dest: checkpointers, or URLs (``file:./threads``, ``memory:``,
+            ``s3://bucket/prefix/?endpoint_url=...``, ``redis://...``, ``postgresql://...``,
+            ``mysql://...``, ``http://...``, ``tulip-pg://user@host/db?tenant=...``).
+        threads: every thread (None), a glob over source ids (``"ticket-*"``), a list of ids, or
+            :class:`~tulip_nb.lab.Thread` handles (each stands for its ``thread_id``).
+        history: ``"all"`` checkpoints, or only each thread's ``"latest"``.
+        verify: read everything back from ``dest`` and compare it field by field.
+        dry_run: report what would be copied; write nothing.
+        on_conflict: what to do with a destination thread that has checkpoints the source does
+            not: ``"error"`` (report, leave it), ``"skip"``, ``"overwrite"`` (delete it first).
+        progress: a ``tqdm.auto`` progress bar (the ``notebook`` extra); off imports nothing.
+        map_ids: a function from source to destination thread id (``None`` leaves a thread
+            out), or ``"strip-principal"`` / ``"add-principal"`` with ``principal=`` for tulip
+            AgentServer ids ``"<principal>:<thread_id>"``.
+        concurrency: threads copied at once (checkpoints within a thread go one by one).
+
+    Returns:
+        A DataFrame, one row per thread: ``thread``, ``dest_thread``, ``status`` (copied, up to
+        date, dry run, conflict, skipped (conflict), failed), ``checkpoints`` (in the plan),
+        ``copied``, ``skipped`` (already in ``dest``), ``bytes`` (canonical JSON exported),
+        ``checksum`` (sha256 prefix of the exported checkpoints, equal across re-runs),
+        ``verified`` and ``error`` (where a failed thread stopped).
+    """
     if history not in ("all", "latest"):
         raise UserError(f"history must be 'all' or 'latest', got {history!r}")
     if on_conflict not in ("error", "skip", "overwrite"):
@@ -373,63 +399,7 @@ async def aexport_threads(
     return frame
 
 
-def export_threads(
-    source: BaseCheckpointer | str,
-    dest: BaseCheckpointer | str,
-    threads: Threads = None,
-    *,
-    history: History = "all",
-    verify: bool = True,
-    dry_run: bool = False,
-    on_conflict: OnConflict = "error",
-    progress: bool = True,
-    map_ids: IdMap | str | None = None,
-    principal: str | None = None,
-    concurrency: int = 4,
-) -> pd.DataFrame:
-    """Copy threads with their whole checkpoint history from ``source`` to ``dest``, verified.
-
-    Args:
-        source, dest: checkpointers, or URLs (``file:./threads``, ``memory:``,
-            ``s3://bucket/prefix/?endpoint_url=...``, ``redis://...``, ``postgresql://...``,
-            ``mysql://...``, ``http://...``, ``tulip-pg://user@host/db?tenant=...``).
-        threads: every thread (None), a glob over source ids (``"ticket-*"``), a list of ids, or
-            :class:`~tulip_nb.lab.Thread` handles (each stands for its ``thread_id``).
-        history: ``"all"`` checkpoints, or only each thread's ``"latest"``.
-        verify: read everything back from ``dest`` and compare it field by field.
-        dry_run: report what would be copied; write nothing.
-        on_conflict: what to do with a destination thread that has checkpoints the source does
-            not: ``"error"`` (report, leave it), ``"skip"``, ``"overwrite"`` (delete it first).
-        progress: a ``tqdm.auto`` progress bar (the ``notebook`` extra); off imports nothing.
-        map_ids: a function from source to destination thread id (``None`` leaves a thread
-            out), or ``"strip-principal"`` / ``"add-principal"`` with ``principal=`` for tulip
-            AgentServer ids ``"<principal>:<thread_id>"``.
-        concurrency: threads copied at once (checkpoints within a thread go one by one).
-
-    Returns:
-        A DataFrame, one row per thread: ``thread``, ``dest_thread``, ``status`` (copied, up to
-        date, dry run, conflict, skipped (conflict), failed), ``checkpoints`` (in the plan),
-        ``copied``, ``skipped`` (already in ``dest``), ``bytes`` (canonical JSON exported),
-        ``checksum`` (sha256 prefix of the exported checkpoints, equal across re-runs),
-        ``verified`` and ``error`` (where a failed thread stopped). Works inside a running loop.
-    """
-    from tulip_nb._sync import run_sync
-
-    return run_sync(
-        aexport_threads(
-            source,
-            dest,
-            threads,
-            history=history,
-            verify=verify,
-            dry_run=dry_run,
-            on_conflict=on_conflict,
-            progress=progress,
-            map_ids=map_ids,
-            principal=principal,
-            concurrency=concurrency,
-        )
-    )
+export_threads = sync_twin(aexport_threads)
 
 
 def _progress_bar(total: int, enabled: bool) -> Callable[..., None]:

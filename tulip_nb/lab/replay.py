@@ -33,14 +33,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from tulip_nb._deps import require
+from tulip_nb._sync import sync_twin
 from tulip_nb.agent import Agent
 from tulip_nb.agent.result import AgentResult, Step
 from tulip_nb.agent.turns import RUN_KEY, TurnRunner, canonical_args, snapshot, start_turn
-from tulip_nb.core.calls import CallRef, answered_by, unanswered_calls
+from tulip_nb.core.calls import CallRef, answered_by, last_model_call, model_calls, unanswered_calls
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._common import Edit, apply_edit, call_text, message_key, run
+from tulip_nb.lab._common import Edit, apply_edit, call_text, message_key
 from tulip_nb.lab.branches import branch_state, save_branch
 from tulip_nb.lab.thread import Thread, ThreadLike, as_thread
 from tulip_nb.memory.conversation import STATE_KEY, ConversationManager, NullManager
@@ -167,7 +168,7 @@ class Replay:
         self.record = list(thread.final_messages)
         self.base = agent
         self.model = ReplayModel(self.record)
-        self._answers = [i for i, m in enumerate(self.record) if m.role == "assistant"]
+        self._answers = model_calls(self.record)
         self.recorded = RecordedResults(self.record)
         real = dict(agent.tools_by_name) if agent is not None else {}
         self.tools_mode: Literal["real", "recorded"] = "real" if tools == "real" and agent is not None else "recorded"
@@ -201,10 +202,8 @@ class Replay:
         if runner is None or not 0 <= served < len(self._answers):
             return None
         msgs = runner.state.messages
-        i = len(msgs) - 1
-        while i >= 0 and msgs[i].role != "assistant":
-            i -= 1
-        open_calls = unanswered_calls(msgs, i) if i >= 0 else []
+        i = last_model_call(msgs)
+        open_calls = unanswered_calls(msgs, i) if i is not None else []
         return (self._answers[served], open_calls[0]) if open_calls else None
 
     @property
@@ -253,12 +252,11 @@ class Replay:
             self.steps.append(step)
             return step
 
-    def step(self) -> Step | None:
-        """Sync :meth:`astep`."""
-        return run(self.astep())
+    step = sync_twin(astep)
 
     async def arun_to(self, n: int | None = None) -> AgentState | None:
-        """Replay until ``n`` model calls have been replayed (default: all of them)."""
+        """Replay until ``n`` model calls have been replayed (default: all of them); returns
+        :attr:`current`."""
         target = self.total_steps if n is None else n
         if not 0 <= target <= self.total_steps:
             raise UserError(
@@ -270,9 +268,7 @@ class Replay:
                 break
         return self.current
 
-    def run_to(self, n: int | None = None) -> AgentState | None:
-        """Sync :meth:`arun_to`; returns :attr:`current`."""
-        return run(self.arun_to(n))
+    run_to = sync_twin(arun_to)
 
     # -- divergence -----------------------------------------------------------------------------
     def _compare(self, step: int, start: int, msgs: list[Message]) -> None:
@@ -319,7 +315,14 @@ class Replay:
         prompt: str | None = None,
         new_thread_id: str | None = None,
     ) -> LiveBranch:
-        """Async :meth:`go_live`."""
+        """Continue from the current step as a new branch (module docstring).
+
+        ``model``: the live model (default: the agent's); ``edit``: change a message first (text,
+        Message, function, or ``{index: ...}``; default position: the last message, e.g. the user
+        prompt before the first call of a turn or a tool result), what followed it is dropped;
+        ``conversation_manager``: another manager for the branch; ``prompt``: when the current turn
+        is complete, the next prompt (default: the record's next one).
+        """
         if self.current is None:
             raise UserError(
                 "go_live() needs at least one replayed step; call step() first", thread_id=self.thread.thread_id
@@ -367,25 +370,4 @@ class Replay:
             result = await live.run(nxt, thread_id=new_id) if nxt is not None else None
         return LiveBranch(new_id, parent.checkpoint_id, k, live, result)
 
-    def go_live(
-        self,
-        model: Any = None,
-        *,
-        edit: Edit | None = None,
-        conversation_manager: ConversationManager | None = None,
-        prompt: str | None = None,
-        new_thread_id: str | None = None,
-    ) -> LiveBranch:
-        """Continue from the current step as a new branch (module docstring).
-
-        ``model``: the live model (default: the agent's); ``edit``: change a message first (text,
-        Message, function, or ``{index: ...}``; default position: the last message, e.g. the user
-        prompt before the first call of a turn or a tool result), what followed it is dropped;
-        ``conversation_manager``: another manager for the branch; ``prompt``: when the current turn
-        is complete, the next prompt (default: the record's next one).
-        """
-        return run(
-            self.ago_live(
-                model, edit=edit, conversation_manager=conversation_manager, prompt=prompt, new_thread_id=new_thread_id
-            )
-        )
+    go_live = sync_twin(ago_live)

@@ -48,10 +48,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
+from tulip_nb._sync import sync_twin
 from tulip_nb.core.errors import ContextWindowExceeded, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._common import run
 from tulip_nb.lab._window import Window, over_window, window_for
 from tulip_nb.memory.conversation import (
     EVENTS_KEY,
@@ -443,7 +443,23 @@ async def asimulate_compaction(
     exact: bool = False,
     context_window: Window = None,
 ) -> pd.DataFrame:
-    """Async :func:`simulate_compaction`."""
+    """Replay only the conversation-manager logic of ``thread`` for each config (module docstring).
+
+    ``thread``: a :class:`Thread`, a state, its messages, or a thread id with ``checkpointer=``
+    (a checkpointer or its URL, ``"file:./threads"``).
+
+    ``configs``: ``{name: manager or {"kind": "compactor"|"window"|"null"|"summarizing", **kwargs}}``,
+    or one manager or config dict, or a list of them (named by the manager's repr); each is cloned,
+    so yours are untouched. A config dict's keys are the manager's constructor arguments (a wrong
+    key raises :class:`UserError` naming the config and listing the valid keys).
+    ``probes``: facts to follow, ``[(label, text), ...]``, ``{label: text}`` or ``[text, ...]``.
+    ``tools``: the tool schemas (or :class:`~tulip_nb.tools.Tool` objects) the agent sent, if known.
+    ``summarizer``: None (the length model), a ``(messages, previous) -> str`` function, or
+    ``"config"`` (keep the config's).
+    ``context_window``: the model's window (tokens, or a registered model name) for the
+    ``over_window`` column; by default a compactor's ``context_length``, else the window
+    registered for the manager's ``model``.
+    """
     pd = require("pandas")
 
     if isinstance(thread, str):  # a thread id, opened in ``checkpointer`` (a str is a Sequence too)
@@ -472,46 +488,7 @@ async def asimulate_compaction(
     return pd.DataFrame(rows)
 
 
-def simulate_compaction(
-    thread: Thread | str | AgentState | Sequence[Message],
-    configs: Configs,
-    *,
-    checkpointer: BaseCheckpointer | str | None = None,
-    probes: Probes = (),
-    tools: Sequence[Any] | None = None,
-    summarizer: Any = None,
-    exact: bool = False,
-    context_window: Window = None,
-) -> pd.DataFrame:
-    """Replay only the conversation-manager logic of ``thread`` for each config (module docstring).
-
-    ``thread``: a :class:`Thread`, a state, its messages, or a thread id with ``checkpointer=``
-    (a checkpointer or its URL, ``"file:./threads"``).
-
-    ``configs``: ``{name: manager or {"kind": "compactor"|"window"|"null"|"summarizing", **kwargs}}``,
-    or one manager or config dict, or a list of them (named by the manager's repr); each is cloned,
-    so yours are untouched. A config dict's keys are the manager's constructor arguments (a wrong
-    key raises :class:`UserError` naming the config and listing the valid keys).
-    ``probes``: facts to follow, ``[(label, text), ...]``, ``{label: text}`` or ``[text, ...]``.
-    ``tools``: the tool schemas (or :class:`~tulip_nb.tools.Tool` objects) the agent sent, if known.
-    ``summarizer``: None (the length model), a ``(messages, previous) -> str`` function, or
-    ``"config"`` (keep the config's).
-    ``context_window``: the model's window (tokens, or a registered model name) for the
-    ``over_window`` column; by default a compactor's ``context_length``, else the window
-    registered for the manager's ``model``.
-    """
-    return run(
-        asimulate_compaction(
-            thread,
-            configs,
-            checkpointer=checkpointer,
-            probes=probes,
-            tools=tools,
-            summarizer=summarizer,
-            exact=exact,
-            context_window=context_window,
-        )
-    )
+simulate_compaction = sync_twin(asimulate_compaction)
 
 
 def _schemas(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:

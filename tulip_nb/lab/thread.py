@@ -31,10 +31,12 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
+from tulip_nb._sync import run_sync, sync_twin
+from tulip_nb.core.calls import model_call_count, model_calls
 from tulip_nb.core.errors import CheckpointNotFound, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._common import call_text, esc, message_key, run, short
+from tulip_nb.lab._common import call_text, esc, message_key, short
 from tulip_nb.lab._window import over_window, saved_window, window_for
 from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.lineage import lineage_rows
@@ -120,7 +122,7 @@ class Thread:
         """Sync :meth:`acheckpoint`."""
         if checkpoint_id is None or checkpoint_id in self._loaded:
             return self._loaded[checkpoint_id or self.latest.checkpoint_id]
-        return run(self.acheckpoint(checkpoint_id))
+        return run_sync(self.acheckpoint(checkpoint_id))
 
     def state(self, checkpoint_id: str | None = None) -> AgentState:
         """The state saved at ``checkpoint_id`` (default: the latest); a copy is up to you."""
@@ -138,7 +140,7 @@ class Thread:
         """Every checkpoint of the thread with its state, oldest first (sync :meth:`ahistory`)."""
         if all(i.checkpoint_id in self._loaded for i in self.infos):
             return [self._loaded[i.checkpoint_id] for i in reversed(self.infos)]
-        return run(self.ahistory())
+        return run_sync(self.ahistory())
 
     @property
     def final_messages(self) -> list[Message]:
@@ -225,7 +227,7 @@ class Thread:
     @property
     def n_calls(self) -> int:
         """Model calls recorded in the thread (= assistant messages)."""
-        return sum(1 for m in self.final_messages if m.role == "assistant")
+        return model_call_count(self.final_messages)
 
     def model_view(self, call: int, checkpoint_id: str | None = None) -> list[Message]:
         """What model call ``call`` (0-based over the whole thread; negative counts from the end,
@@ -265,7 +267,7 @@ class Thread:
         fired = {e.get("call"): e.get("trigger") for e in compaction_events(state)}
         rows = []
         views = model_views(state)
-        ends = [j for j, m in enumerate(state.messages) if m.role == "assistant"]
+        ends = model_calls(state.messages)
         prefix = 0
         last = 0
         counts = counter.message_counts(state.messages)
@@ -298,7 +300,7 @@ class Thread:
         """Sync :meth:`alineage`: rows ``relation`` (``parent``/``ancestor``/``copied_from``/``fork``/
         ``copy``), ``thread_id``, ``checkpoint_id`` (the other thread's first checkpoint),
         ``branch_point`` (the checkpoint the branch was cut from), ``created_at``, ``source``."""
-        return run(self.alineage())
+        return run_sync(self.alineage())
 
     # -- display --------------------------------------------------------------------------------
     def _repr_html_(self, last: int = 12) -> str:
@@ -364,8 +366,8 @@ def as_thread(
     :func:`open_thread` does. :class:`UserError` (naming ``what``) for an id without a
     checkpointer, a Thread with a different one, or anything else."""
     if isinstance(thread, Thread):
-        return run(aas_thread(thread, checkpointer, what=what)) if checkpointer is not None else thread
-    return run(aas_thread(thread, checkpointer, counter=counter, what=what))
+        return run_sync(aas_thread(thread, checkpointer, what=what)) if checkpointer is not None else thread
+    return run_sync(aas_thread(thread, checkpointer, counter=counter, what=what))
 
 
 def _same(a: Message, b: Message) -> bool:
@@ -375,7 +377,12 @@ def _same(a: Message, b: Message) -> bool:
 async def aopen_thread(
     checkpointer: BaseCheckpointer | str, thread_id: str, *, counter: TokenCounter | None = None
 ) -> Thread:
-    """Async :func:`open_thread`."""
+    """A :class:`Thread` for ``thread_id``; :class:`CheckpointNotFound` names an unknown thread.
+
+    ``checkpointer``: a checkpointer or its URL (``"file:./threads"``, ``"s3://bucket/prefix/"``,
+    ...; the thread keeps the one built from it as ``.checkpointer``). ``counter``: the token
+    counter for the counts shown (default: the shared ``o200k_base`` one).
+    """
     if inspect.isawaitable(thread_id):  # an un-awaited agent.fork(...) must not read as a thread id
         if inspect.iscoroutine(thread_id):
             thread_id.close()
@@ -396,18 +403,13 @@ async def aopen_thread(
     return Thread(cp, thread_id, infos, latest, counter=counter)
 
 
-def open_thread(checkpointer: BaseCheckpointer | str, thread_id: str, *, counter: TokenCounter | None = None) -> Thread:
-    """A :class:`Thread` for ``thread_id``; :class:`CheckpointNotFound` names an unknown thread.
-
-    ``checkpointer``: a checkpointer or its URL (``"file:./threads"``, ``"s3://bucket/prefix/"``,
-    ...; the thread keeps the one built from it as ``.checkpointer``). ``counter``: the token
-    counter for the counts shown (default: the shared ``o200k_base`` one).
-    """
-    return run(aopen_thread(checkpointer, thread_id, counter=counter))
+open_thread = sync_twin(aopen_thread)
 
 
 async def athreads(checkpointer: BaseCheckpointer | str, pattern: str = "*", limit: int = 1000) -> pd.DataFrame:
-    """Async :func:`threads`."""
+    """One row per thread of ``checkpointer`` (or its URL; ``list_threads`` capability):
+    thread_id, checkpoints, messages, tokens, last_update, forked_from (missing for a thread that
+    was not branched off another)."""
     cp, opened = open_checkpointer(checkpointer)
     try:
         return await _threads(cp, pattern, limit)
@@ -440,8 +442,4 @@ async def _threads(checkpointer: BaseCheckpointer, pattern: str, limit: int) -> 
     return _pd().DataFrame(rows, columns=cols)
 
 
-def threads(checkpointer: BaseCheckpointer | str, pattern: str = "*", limit: int = 1000) -> pd.DataFrame:
-    """One row per thread of ``checkpointer`` (or its URL; ``list_threads`` capability):
-    thread_id, checkpoints, messages, tokens, last_update, forked_from (missing for a thread that
-    was not branched off another)."""
-    return run(athreads(checkpointer, pattern, limit))
+threads = sync_twin(athreads)

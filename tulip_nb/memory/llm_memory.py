@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
 
+from tulip_nb.core.calls import model_call_count, model_call_index
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.keys import MEMORY_EVENTS_KEY, MEMORY_MARK
 from tulip_nb.core.messages import Message
@@ -310,7 +311,7 @@ class LLMMemoryManager(ConversationManager):
             "manager": type(self).__name__,
             "kind": "recall",
             "iteration": state.iteration if state is not None else None,
-            "call": sum(1 for m in messages if m.role == "assistant"),
+            "call": model_call_count(messages),
             "n_messages": len(messages),
             "at": at,
             "query": query,
@@ -467,14 +468,7 @@ def model_view_with_memory(state: AgentState, call: int | None = None) -> list[M
     (:func:`~tulip_nb.memory.conversation.events.model_view` plus the memory message of that call's
     turn, rebuilt from the recall events alone)."""
     view = model_view(state, call)
-    n = len(state.messages)
-    if call is not None:
-        seen = -1
-        for j, m in enumerate(state.messages):
-            seen += m.role == "assistant"
-            if m.role == "assistant" and seen == call:
-                n = j
-                break
+    n = len(state.messages) if call is None else model_call_index(state.messages, call)
     at = _last_user(state.messages[:n])
     event = next((e for e in reversed(recall_events(state)) if e.get("at") == at and e["n_messages"] <= n), None)
     return LLMMemoryManager._inject(view, event, state.messages[at] if at is not None else None)

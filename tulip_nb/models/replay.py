@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tulip_nb.core.calls import pair_block
+from tulip_nb.core.calls import last_model_call, model_calls, pair_block
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.models.base import ModelError, ModelResponse, Usage
@@ -44,9 +44,9 @@ def _tail(messages: Sequence[Message], end: int | None = None) -> list[Message]:
     """The messages of ``messages[:end]`` after its last assistant message (the new input of one
     request; all but the system prompt when there is none)."""
     stop = len(messages) if end is None else end
-    for i in range(stop - 1, -1, -1):
-        if messages[i].role == "assistant":
-            return list(messages[i + 1 : stop])
+    i = last_model_call(messages, stop)
+    if i is not None:
+        return list(messages[i + 1 : stop])
     return [m for m in messages[:stop] if m.role != "system"]
 
 
@@ -55,10 +55,8 @@ def _keys(messages: Sequence[Message], end: int | None = None) -> list[tuple[Any
     the index of the call it answers, by position (:mod:`tulip_nb.core.calls`) — not its id, which
     a provider may reuse or leave empty."""
     stop = len(messages) if end is None else end
-    i = stop - 1
-    while i >= 0 and messages[i].role != "assistant":
-        i -= 1
-    if i < 0:
+    i = last_model_call(messages, stop)
+    if i is None:
         return [(m.role, m.content, None) for m in messages[:stop] if m.role != "system"]
     calls = messages[i].tool_calls
     block = i + 1
@@ -82,7 +80,7 @@ class ReplayModel:
         self.name = name
         self.strict = strict
         self._messages = messages
-        self._answers: list[tuple[int, Message]] = [(i, m) for i, m in enumerate(messages) if m.role == "assistant"]
+        self._answers: list[tuple[int, Message]] = [(i, messages[i]) for i in model_calls(messages)]
         self.calls = 0
         self.divergences: list[Divergence] = []
 

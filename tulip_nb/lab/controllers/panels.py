@@ -17,9 +17,11 @@ import fnmatch
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb._sync import run_sync
+from tulip_nb.core.calls import model_calls
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
-from tulip_nb.lab._common import esc, run, short
+from tulip_nb.lab._common import esc, short
 from tulip_nb.lab._window import Window, over_window, window_for
 from tulip_nb.lab.controllers._aligned import AlignedRow, aligned_html, aligned_rows
 from tulip_nb.lab.controllers._html import message_cell, more_note, note, png_tag, scroll_box, table
@@ -131,7 +133,7 @@ class PlayerController:
         self.mode = "calls"
         self.position = 0
         self.replay: Replay | None = Replay(thread, agent=agent) if agent is not None else None
-        self._ends = [j for j, m in enumerate(thread.final_messages) if m.role == "assistant"]
+        self._ends = model_calls(thread.final_messages)
 
     @property
     def size(self) -> int:
@@ -381,10 +383,10 @@ class ExportController:
         self.source = source
         src, opened = open_checkpointer(source)
         try:
-            self.choices = sorted(run(src.list_threads(limit=100_000)))
+            self.choices = sorted(run_sync(src.list_threads(limit=100_000)))
         finally:
             if opened:
-                run(src.close())
+                run_sync(src.close())
         self.selected: list[str] = list(self.choices)
         self.report: pd.DataFrame | None = None
 
@@ -431,7 +433,7 @@ class ExportController:
                 if close_src:
                     await src.close()
 
-        run(go())
+        run_sync(go())
         self.report = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(REPORT_COLUMNS))
         self.report.attrs["dry_run"] = dry_run
         return self.report

@@ -28,12 +28,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tulip_nb._sync import run_sync
 from tulip_nb.agent import Agent
 from tulip_nb.agent.result import Step
 from tulip_nb.core.errors import CheckpointConflict, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._common import esc, run, short
+from tulip_nb.lab._common import esc, short
 from tulip_nb.lab.branches import fork
 from tulip_nb.lab.controllers._html import message_cell, note, table
 from tulip_nb.lab.thread import open_thread
@@ -244,7 +245,7 @@ class StepperController:
                 self._gen = self.agent.iterate_resume(thread_id=self.thread_id)
         gen = self._gen
         try:
-            step = run(_anext(gen))
+            step = run_sync(_anext(gen))
         except Exception as e:
             self._gen = None
             self._turn_done = True  # the agent saved the failed turn; a new one can follow
@@ -259,7 +260,7 @@ class StepperController:
             return None
         record = self._record(step)
         if step.stop_reason is not None:
-            run(_aclose(gen))
+            run_sync(_aclose(gen))
             self._gen = None
             self._turn_done = step.stop_reason != "interrupted"
             self.status = f"turn over: {step.stop_reason}"
@@ -330,13 +331,13 @@ class StepperController:
         cp = self._cp()
         if cp is None:
             return
-        latest = run(cp.load_checkpoint(self.thread_id))
+        latest = run_sync(cp.load_checkpoint(self.thread_id))
         if latest is not None and self.thread_id == self.root_thread_id:
             self._start_checkpoint = latest.checkpoint_id
 
     def _stop(self) -> None:
         if self._gen is not None:
-            run(_aclose(self._gen))
+            run_sync(_aclose(self._gen))
             self._gen = None
 
     def _free_id(self, kind: str) -> str:
@@ -344,7 +345,7 @@ class StepperController:
         for _ in range(1000):
             n = self._counters[kind] = self._counters.get(kind, 0) + 1
             nid = self.ids(self.root_thread_id, kind, n)
-            if cp is None or run(cp.load_checkpoint(nid)) is None:
+            if cp is None or run_sync(cp.load_checkpoint(nid)) is None:
                 return nid
         raise UserError(f"no free thread id for a {kind} branch of {self.root_thread_id!r}")
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb.core.calls import model_call_count, model_call_index, model_calls
 from tulip_nb.core.keys import EVENTS_KEY, STATE_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.memory.conversation.plan import STUB_VERSION, Plan, fingerprint, render
@@ -55,7 +56,7 @@ def make_event(
     ``call`` (the number of assistant messages in ``messages``) is counted when not given.
     """
     if call is None:
-        call = sum(1 for m in messages if m.role == "assistant")
+        call = model_call_count(messages)
     return {
         "v": 1,
         "manager": manager,
@@ -93,20 +94,14 @@ def _view_of_prefix(
 def model_view(state: AgentState, call: int | None = None, *, n_messages: int | None = None) -> list[Message]:
     """What the model was sent for one call of this thread, rebuilt from the saved state alone.
 
-    ``call=k`` is the call that produced the ``k``-th (0-based) assistant message; ``n_messages=j``
-    is the call made on the first ``j`` messages; neither: the view for the next call.
+    ``call=k`` is the call that produced the ``k``-th (0-based; negative counts from the end)
+    assistant message (:func:`~tulip_nb.core.calls.model_call_index`; :class:`IndexError` when
+    there is no such call); ``n_messages=j`` is the call made on the first ``j`` messages; neither:
+    the view for the next call.
     """
     messages = state.messages
     if call is not None:
-        seen = -1
-        for j, m in enumerate(messages):
-            if m.role == "assistant":
-                seen += 1
-                if seen == call:
-                    n_messages = j
-                    break
-        else:
-            raise IndexError(f"thread has {seen + 1} assistant messages, no call {call}")
+        n_messages = model_call_index(messages, call)
     n = len(messages) if n_messages is None else n_messages
     return _view_of_prefix(messages, compaction_events(state), n)
 
@@ -116,4 +111,4 @@ def model_views(state: AgentState) -> list[list[Message]]:
     events = compaction_events(state)
     plans = [Plan.from_json(e["plan"]) for e in events]  # parsed once, not once per call
     msgs = state.messages
-    return [_view_of_prefix(msgs, events, j, plans) for j, m in enumerate(msgs) if m.role == "assistant"]
+    return [_view_of_prefix(msgs, events, j, plans) for j in model_calls(msgs)]

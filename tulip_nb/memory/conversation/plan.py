@@ -14,7 +14,6 @@ function rebuilds a past view from a saved thread (see :mod:`tulip_nb.memory.con
 
 from __future__ import annotations
 
-import weakref
 import zlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.calls import block_end
+from tulip_nb.core.identity import IdentityCache
 from tulip_nb.core.keys import CLEARED_KEY, SUMMARY_KEY
 from tulip_nb.core.messages import Message
 
@@ -179,7 +179,8 @@ class HistoryIndex:
             self.starts.append(s)
 
     def calls_before(self, j: int) -> int:
-        """Assistant messages (model calls made) in ``messages[:j]``."""
+        """Assistant messages (model calls made) in ``messages[:j]``: an O(1)
+        :func:`~tulip_nb.core.calls.calls_before`, from the prefix counts kept by :meth:`update`."""
         return self._assistant[j]
 
     def unit_at(self, s: int) -> int:
@@ -252,7 +253,17 @@ def known_counts(saved: Any, messages: Sequence[Message], counter: TokenCounter)
 
 # -- synthetic messages ----------------------------------------------------------------------------
 
-_stubs: dict[int, tuple[weakref.ref[Message], Message]] = {}
+_stubs: IdentityCache[Message, Message] = IdentityCache()
+
+
+def _make_stub(msg: Message) -> Message:
+    size = len(msg.content or "")
+    return msg.model_copy(
+        update={
+            "content": f"[tool output cleared to save context: {size} characters]",
+            "metadata": {**msg.metadata, CLEARED_KEY: True},
+        }
+    )
 
 
 def stub(msg: Message) -> Message:
@@ -260,25 +271,7 @@ def stub(msg: Message) -> Message:
 
     Marked ``metadata["tulip_compaction_cleared"] = True`` as tulip does. Cached per message.
     """
-    hit = _stubs.get(id(msg))
-    if hit is not None and hit[0]() is msg:
-        return hit[1]
-    size = len(msg.content or "")
-    new = msg.model_copy(
-        update={
-            "content": f"[tool output cleared to save context: {size} characters]",
-            "metadata": {**msg.metadata, CLEARED_KEY: True},
-        }
-    )
-    ident = id(msg)
-
-    def _forget(ref: weakref.ref[Message], ident: int = ident) -> None:
-        entry = _stubs.get(ident)
-        if entry is not None and entry[0] is ref:
-            _stubs.pop(ident, None)
-
-    _stubs[ident] = (weakref.ref(msg, _forget), new)
-    return new
+    return _stubs.get_or_compute(msg, _make_stub)
 
 
 def summary_message(summary: str) -> Message:

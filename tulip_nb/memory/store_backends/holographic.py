@@ -247,11 +247,12 @@ class HolographicStore(BaseStore):
 
         return await self._run(lambda c: self._write(c, lambda: body(c)))
 
-    async def list_keys(self, namespace: Namespace, limit: int = 100) -> list[str]:
+    async def list_keys(self, namespace: Namespace, limit: int | None = 100) -> list[str]:
         ns = NS_SEP.join(validate_namespace(namespace))
+        cap = -1 if limit is None else max(limit, 0)  # SQLite: a negative LIMIT is no limit
         rows = await self._run(
             lambda c: c.execute(
-                "SELECT key FROM items WHERE ns=? ORDER BY updated_at DESC, key LIMIT ?", (ns, max(limit, 0))
+                "SELECT key FROM items WHERE ns=? ORDER BY updated_at DESC, key LIMIT ?", (ns, cap)
             ).fetchall()
         )
         return [r[0] for r in rows]
