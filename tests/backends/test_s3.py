@@ -13,8 +13,7 @@ import orjson
 import pytest
 
 from tulip_nb.core import BackendUnavailable, CheckpointConflict, UserError
-from tulip_nb.memory.checkpointer import BaseCheckpointer
-from tulip_nb.memory.integrity import unsigned_metadata
+from tulip_nb.memory.checkpointer import BaseCheckpointer, caller_metadata
 
 from .conformance import full_state
 from .factories.remote import S3_CREDENTIALS, free_port, moto_endpoint, new_bucket
@@ -61,7 +60,7 @@ async def test_layout_is_tulips(s3: Any, raw: Any, bucket: str) -> None:
     assert env["thread_id"] == "user/42:chat #1" and env["created_at"].endswith("+00:00")
     meta = orjson.loads(raw.get_object(Bucket=bucket, Key=f"{base}{cid}.meta.json")["Body"].read())
     assert list(meta) == ["checkpoint_id", "thread_id", "created_at", "metadata"]
-    assert unsigned_metadata(meta["metadata"]) == {"k": 1, "parent_checkpoint_id": None}
+    assert caller_metadata(meta["metadata"]) == {"k": 1, "parent_checkpoint_id": None}
 
 
 async def test_fifty_concurrent_saves_to_distinct_threads_lose_nothing(s3: Any) -> None:

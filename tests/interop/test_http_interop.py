@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tulip_nb.memory.integrity import unsigned_metadata
+from tulip_nb.memory.checkpointer import caller_metadata
 
 from ..backends.conformance import full_state
 from ..backends.factories.remote import serve_app
@@ -65,7 +65,7 @@ async def test_we_read_what_tulip_writes(pair: tuple[Any, Any]) -> None:
     cid = await theirs.save(t_state, TID, metadata={"who": "tulip"})
     ckpt = await ours.load_checkpoint(TID)
     assert ckpt is not None and ckpt.checkpoint_id == cid
-    assert unsigned_metadata(ckpt.metadata) == {"who": "tulip", "parent_checkpoint_id": None}
+    assert caller_metadata(ckpt.metadata) == {"who": "tulip", "parent_checkpoint_id": None}
     assert orjson.loads(ckpt.state.to_json_bytes()) == orjson.loads(t_state.model_dump_json())
     new = await ours.save(ckpt.state, TID, expected_parent=cid)
     assert await theirs.list_checkpoints(TID) == [new, cid]

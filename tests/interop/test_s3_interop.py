@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tulip_nb.memory.integrity import unsigned_metadata
+from tulip_nb.memory.checkpointer import caller_metadata
 
 from ..backends.conformance import full_state
 from ..backends.factories.remote import S3_CREDENTIALS, moto_endpoint, new_bucket
@@ -79,7 +79,7 @@ async def test_tulip_resumes_what_we_write(pair: tuple[Any, Any, Any]) -> None:
     assert loaded is not None
     assert loaded.model_dump(mode="json") == tulip_view(state.to_json_bytes())
     assert set(await theirs.list_checkpoints(TID)) == {first, second}
-    assert unsigned_metadata(await theirs.get_metadata(TID, first)) == {"who": "us", "parent_checkpoint_id": None}
+    assert caller_metadata(await theirs.get_metadata(TID, first)) == {"who": "us", "parent_checkpoint_id": None}
     assert (await theirs.load(TID, first)) is not None
 
 

@@ -20,8 +20,7 @@ from tulip_nb.lab import export_threads
 from tulip_nb.lab._ids import principal_for_api_key, split_server_thread_id, strip_principal
 from tulip_nb.lab.export import aexport_threads
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
-from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint
-from tulip_nb.memory.integrity import unsigned_metadata
+from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, caller_metadata
 
 
 async def fill(cp: BaseCheckpointer, threads: list[str], n: int) -> None:
@@ -224,4 +223,4 @@ async def test_put_fallback_keeps_ids_and_metadata() -> None:
     when = datetime.now(UTC) - timedelta(days=3)
     await cp.put_checkpoint(Checkpoint("c1", "t", when, full_state(), {"k": 1}))
     info = (await cp.list_checkpoint_infos("t"))[0]
-    assert info.checkpoint_id == "c1" and unsigned_metadata(info.metadata) == {"k": 1, "parent_checkpoint_id": None}
+    assert info.checkpoint_id == "c1" and caller_metadata(info.metadata) == {"k": 1, "parent_checkpoint_id": None}

@@ -17,7 +17,7 @@ import pytest
 
 from tulip_nb.core import BackendUnavailable, CheckpointConflict, CheckpointCorrupt, Message
 from tulip_nb.memory.backends.file import FileCheckpointer, safe_name
-from tulip_nb.memory.integrity import unsigned_metadata
+from tulip_nb.memory.checkpointer import caller_metadata
 
 from ..backends.conformance import full_state
 from ..conftest import ROOT, SAMPLE_CHECKPOINT
@@ -43,7 +43,7 @@ async def test_reads_a_real_tulip_file_and_resaves_every_key(tmp_path: Path) -> 
     cid = await cp.save(state, SAMPLE_THREAD)
     written = orjson.loads((tmp_path / "user_42_chat__1" / f"{cid}.json").read_bytes())
     assert written["state"] == raw["state"]
-    assert unsigned_metadata(written["metadata"]) == {"parent_checkpoint_id": raw["checkpoint_id"]}
+    assert caller_metadata(written["metadata"]) == {"parent_checkpoint_id": raw["checkpoint_id"]}
     assert await cp.list_checkpoints(SAMPLE_THREAD) == [cid, raw["checkpoint_id"]]
 
 
@@ -227,7 +227,7 @@ async def test_persistent_index_serves_a_fresh_process(tmp_path: Path) -> None:
     fresh = FileCheckpointer(tmp_path)
     infos = await fresh.list_checkpoint_infos("t")
     assert [i.checkpoint_id for i in infos] == ids[-2::-1]
-    assert unsigned_metadata(infos[0].metadata) == {"i": 3, "parent_checkpoint_id": ids[2]}
+    assert caller_metadata(infos[0].metadata) == {"i": 3, "parent_checkpoint_id": ids[2]}
     # files the index does not know (another writer, e.g. tulip) are still found
     raw = orjson.loads((tmp_path / "t" / f"{ids[0]}.json").read_bytes())
     raw.update(checkpoint_id="foreign", created_at="2099-01-01T00:00:00+00:00")

@@ -33,6 +33,7 @@ async def test_every_save_of_a_conversation_shares_its_messages() -> None:
     saves = len(await cp.list_checkpoints("conv", limit=None))
     print(f"{saves} saves of {size / 1e6:.2f} MB of messages hold {held / 1e6:.2f} MB")
     assert saves == len(ends) > 900
-    # the messages themselves were allocated before tracing: what is held is per-save bookkeeping
-    # (a list of references per checkpoint, ~8 bytes a message), not copies of the content
-    assert held < 1.0 * size, f"{held} bytes held for {saves} saves of {size} bytes of messages"
+    # The messages were allocated before tracing: what is held is per-save bookkeeping, about
+    # 2 kB a checkpoint (the state's other fields, the save metadata), never a copy of the history
+    # (a list of references per checkpoint alone would be ~7.5 MB here).
+    assert held < 1.5 * size, f"{held} bytes held for {saves} saves of {size} bytes of messages"

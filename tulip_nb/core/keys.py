@@ -19,7 +19,9 @@ live; the modules that write or read a key import it from here.
 - :data:`HASH_KEY`, :data:`PARENT_HASH_KEY`, :data:`ALG_KEY` -- the integrity chain
   (``tulip_nb.memory.integrity``);
 - :data:`PRUNED_KEY` -- a checkpoint whose parent a prune or vacuum removed: what was cut
-  (``tulip_nb.memory.retention``).
+  (``tulip_nb.memory.retention``);
+- :data:`MESSAGES_KEY` -- how many messages the state holds and a digest of them, so a listing
+  knows which checkpoints are prefixes of which without loading a state (``tulip_nb.lab``).
 
 **Message metadata** (``Message.metadata``):
 
@@ -49,6 +51,7 @@ __all__ = [
     "ITER_KEY",
     "MEMORY_EVENTS_KEY",
     "MEMORY_MARK",
+    "MESSAGES_KEY",
     "PARENT_HASH_KEY",
     "PRUNED_KEY",
     "PARENT_KEY",
@@ -111,6 +114,14 @@ PARENT_HASH_KEY = "tulip_nb_parent_hash"
 
 ALG_KEY = "tulip_nb_hash_alg"
 """Save-metadata key: the chain's algorithm (``"sha256-chain/1"``)."""
+
+MESSAGES_KEY = "tulip_nb_messages"
+"""Save-metadata key every tulip_nb save writes: ``{"n": n, "sha": "<32 hex>"}``, the number of messages in the
+state and the first 128 bits of :func:`~tulip_nb.core.state.messages_digest` of them. Two
+checkpoints with the same ``n`` and digest hold the same messages, so a checkpoint whose mark equals
+the latest's running digest at ``n`` holds exactly the latest's first ``n`` messages: the lab lists a
+thread's checkpoints (messages, tokens) from the headers alone. Hashed with the rest of the save
+metadata; tulip ignores it."""
 
 PRUNED_KEY = "tulip_nb_pruned"
 """Save-metadata key of a checkpoint whose parent was removed by a prune or a vacuum::

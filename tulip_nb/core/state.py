@@ -33,6 +33,7 @@ __all__ = [
     "ToolExecution",
     "message_digest",
     "messages_digest",
+    "prefix_digests",
     "state_json_bytes",
     "state_json_parts",
 ]
@@ -335,6 +336,16 @@ def messages_digest(messages: list[Message]) -> bytes:
     for message in messages:
         h.update(message_digest(message))
     return h.digest()
+
+
+def prefix_digests(messages: list[Message]) -> list[bytes]:
+    """:func:`messages_digest` of every prefix: item ``n`` is the digest of ``messages[:n]`` (one pass)."""
+    h = hashlib.sha256(_MESSAGES_TAG)
+    out = [h.digest()]
+    for message in messages:
+        h.update(message_digest(message))
+        out.append(h.digest())
+    return out
 
 
 def state_json_parts(

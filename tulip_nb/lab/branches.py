@@ -170,9 +170,8 @@ async def _point(thread: Thread, at: str | int) -> tuple[AgentState, int, str]:
             thread_id=thread.thread_id,
             at=at,
         )
-    await thread.ahistory()
-    parent = thread.prefix_checkpoint(msgs[: index + 1]) or thread.latest
-    return thread.latest.state, index, parent.checkpoint_id
+    parent = await thread.aprefix_checkpoint(msgs[: index + 1])  # from the headers: no state loaded
+    return thread.latest.state, index, (parent or thread.latest.info).checkpoint_id
 
 
 async def afork(

@@ -331,8 +331,7 @@ class Replay:
         state = snapshot(self.current)
         msgs, first = apply_edit(state.messages, edit, len(state.messages) - 1, f"replay of {self.thread.thread_id!r}")
         shared = msgs[:first] if first is not None else msgs
-        await self.thread.ahistory()
-        parent = self.thread.prefix_checkpoint(shared) or self.thread.latest
+        parent = await self.thread.aprefix_checkpoint(shared) or self.thread.latest.info
         branch = branch_state(state, msgs)
         branch.max_iterations = self.base.max_iterations if self.base is not None else 20
         if conversation_manager is not None:

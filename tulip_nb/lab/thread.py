@@ -26,6 +26,7 @@ it does not encode the whole history again.
 from __future__ import annotations
 
 import inspect
+import itertools
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ from tulip_nb.core.errors import CheckpointNotFound, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import call_text, esc, message_key, short
+from tulip_nb.lab._headers import PrefixIndex, marked_count
 from tulip_nb.lab._window import over_window, saved_window, window_for
 from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.lineage import lineage_rows
@@ -147,14 +149,51 @@ class Thread:
         """The latest state's messages."""
         return self.latest.state.messages
 
-    def prefix_checkpoint(self, messages: list[Message]) -> Checkpoint | None:
-        """The newest checkpoint whose messages are a prefix of ``messages`` (lineage of a branch)."""
-        best: Checkpoint | None = None
-        for ck in self.history:
-            n = len(ck.state.messages)
-            if n <= len(messages) and (n == 0 or _same(ck.state.messages[n - 1], messages[n - 1])):
-                best = ck
+    # -- headers: what each checkpoint holds, without loading it --------------------------------
+    @cached_property
+    def _prefixes(self) -> PrefixIndex:
+        return PrefixIndex(self.final_messages)
+
+    async def _aprefix_lens(self, infos: list[CheckpointInfo]) -> dict[str, int | None]:
+        """For each checkpoint: ``n`` when it holds exactly the latest's first ``n`` messages.
+
+        From the header (:mod:`tulip_nb.lab._headers`); a checkpoint without one is loaded (and
+        not kept) to find out.
+        """
+        out: dict[str, int | None] = {}
+        for info in infos:
+            cid = info.checkpoint_id
+            if marked_count(info.metadata) is not None:
+                out[cid] = self._prefixes.prefix_len(info.metadata)
+                continue
+            ck = self._loaded.get(cid) or await self.checkpointer.load_checkpoint(self.thread_id, cid)
+            msgs = ck.state.messages if ck is not None else None
+            final = self.final_messages
+            n = len(msgs) if msgs is not None else -1
+            same = msgs is not None and n <= len(final) and all(_same(a, b) for a, b in zip(msgs, final, strict=False))
+            out[cid] = n if same else None
+        return out
+
+    async def aprefix_checkpoint(self, messages: list[Message]) -> CheckpointInfo | None:
+        """The newest checkpoint whose messages are a prefix of ``messages`` (the parent of a
+        branch cut there), from the headers; None when no checkpoint is."""
+        final = self.final_messages
+        k = 0
+        while k < min(len(messages), len(final)) and _same(messages[k], final[k]):
+            k += 1
+        oldest_first = list(reversed(self.infos))
+        lens = await self._aprefix_lens(oldest_first)
+        best: CheckpointInfo | None = None
+        for info in oldest_first:
+            n = lens[info.checkpoint_id]
+            if n is not None and n <= k:
+                best = info
         return best
+
+    def prefix_checkpoint(self, messages: list[Message]) -> Checkpoint | None:
+        """Sync :meth:`aprefix_checkpoint`, loaded."""
+        info = run_sync(self.aprefix_checkpoint(messages))
+        return None if info is None else self.checkpoint(info.checkpoint_id)
 
     # -- frames ---------------------------------------------------------------------------------
     def _counts(self) -> list[int]:
@@ -168,15 +207,17 @@ class Thread:
         return self.counter.message_counts(msgs)
 
     def _first_seen(self) -> list[str | None]:
-        """For each latest message, the oldest checkpoint it already appears in."""
+        """For each latest message, the oldest checkpoint it already appears in (from the headers)."""
         msgs = self.final_messages
         out: list[str | None] = [None] * len(msgs)
+        oldest_first = list(reversed(self.infos))
+        lens = run_sync(self._aprefix_lens(oldest_first))
         done = 0
-        for ck in self.history:
-            n = len(ck.state.messages)
-            if n <= done or n > len(msgs) or not _same(ck.state.messages[n - 1], msgs[n - 1]):
+        for info in oldest_first:
+            n = lens[info.checkpoint_id]
+            if n is None or n <= done:
                 continue
-            out[done:n] = [ck.checkpoint_id] * (n - done)
+            out[done:n] = [info.checkpoint_id] * (n - done)
             done = n
         return out
 
@@ -204,20 +245,42 @@ class Thread:
     @property
     def checkpoints(self) -> pd.DataFrame:
         """One row per checkpoint, oldest first: id, created_at, parent, iteration, messages,
-        tokens (of the saved history), source and the save metadata."""
+        tokens (of the saved history), source and the save metadata.
+
+        From the headers: a checkpoint whose header says it holds a prefix of the latest messages
+        (every tulip_nb save) and its iteration is never loaded; others are loaded one at a time.
+        """
+        return run_sync(self._acheckpoint_rows())
+
+    async def _acheckpoint_rows(self) -> pd.DataFrame:
+        counts = self._counts()
+        cum = [0, *itertools.accumulate(counts)]
+        oldest_first = list(reversed(self.infos))
+        lens = await self._aprefix_lens([i for i in oldest_first if marked_count(i.metadata) is not None])
         rows = []
-        for ck in self.history:
-            msgs = ck.state.messages
+        for info in oldest_first:
+            meta = info.metadata
+            n, iteration = lens.get(info.checkpoint_id), meta.get("iteration")
+            if n is not None and isinstance(iteration, int) and not isinstance(iteration, bool):
+                tokens = cum[n]
+            else:  # the header cannot say: load this one
+                ck = self._loaded.get(info.checkpoint_id) or await self.checkpointer.load_checkpoint(
+                    self.thread_id, info.checkpoint_id
+                )
+                if ck is None:
+                    continue  # deleted since the thread was opened
+                msgs = ck.state.messages
+                n, iteration, tokens = len(msgs), ck.state.iteration, sum(self.counter.message_counts(msgs))
             rows.append(
                 {
-                    "id": ck.checkpoint_id,
-                    "created_at": ck.created_at,
-                    "parent": ck.parent_checkpoint_id,
-                    "iteration": ck.state.iteration,
-                    "messages": len(msgs),
-                    "tokens": sum(self.counter.message_counts(msgs)),
-                    "source": ck.metadata.get("source"),
-                    "metadata": dict(ck.metadata),
+                    "id": info.checkpoint_id,
+                    "created_at": info.created_at,
+                    "parent": info.parent_checkpoint_id,
+                    "iteration": iteration,
+                    "messages": n,
+                    "tokens": tokens,
+                    "source": meta.get("source"),
+                    "metadata": dict(meta),
                 }
             )
         cols = ["id", "created_at", "parent", "iteration", "messages", "tokens", "source", "metadata"]

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from tulip_nb.core.keys import ALG_KEY, HASH_KEY, PARENT_HASH_KEY, PARENT_KEY, PRUNED_KEY
+from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, MessageBlobCache, messages_digest
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "HASH_KEY",
     "PARENT_HASH_KEY",
     "checkpoint_hash",
+    "running_digest",
     "sign_metadata",
 ]
 
@@ -86,6 +88,11 @@ def checkpoint_hash(
     return h.hexdigest()
 
 
+def running_digest(key: str, messages: list[Message], cache: MessageBlobCache | None = None) -> bytes:
+    """:func:`~tulip_nb.core.state.messages_digest` of a thread's messages, hashing only the new ones."""
+    return (cache or _DIGESTS).digest(key, messages)
+
+
 def sign_metadata(
     meta: dict[str, Any],
     state: AgentState,
@@ -96,6 +103,7 @@ def sign_metadata(
     key: str,
     cache: MessageBlobCache | None = None,
     sign: bool = True,
+    messages_sha: bytes | None = None,
 ) -> dict[str, Any]:
     """Add the three hash keys to ``meta`` (the save metadata about to be stored) and return it.
 
@@ -117,7 +125,7 @@ def sign_metadata(
         parent_hash = ph if isinstance(ph, str) else None
     else:
         parent_hash = None
-    sha = (cache or _DIGESTS).digest(key, state.messages)
+    sha = messages_sha if messages_sha is not None else running_digest(key, state.messages, cache)
     meta[HASH_KEY] = checkpoint_hash(state, meta, parent_hash, messages_sha=sha)
     meta[PARENT_HASH_KEY] = parent_hash
     meta[ALG_KEY] = ALG

@@ -59,14 +59,18 @@ from types import TracebackType
 from typing import Any
 
 from tulip_nb.core.errors import CapabilityNotSupported, InvalidThreadId
-from tulip_nb.core.keys import PARENT_KEY
+from tulip_nb.core.keys import ALG_KEY, HASH_KEY, MESSAGES_KEY, PARENT_HASH_KEY, PARENT_KEY
 from tulip_nb.core.state import AgentState, MessageBlobCache
-from tulip_nb.memory._signing import sign_metadata
+from tulip_nb.memory._signing import running_digest, sign_metadata
 
 __all__ = [
-    "check_expected_parent",
-    "next_created_at",
+    "ADDED_KEYS",
     "MAX_THREAD_ID_LENGTH",
+    "caller_metadata",
+    "check_expected_parent",
+    "messages_mark",
+    "next_created_at",
+    "save_metadata",
     "BaseCheckpointer",
     "Capabilities",
     "Checkpoint",
@@ -214,6 +218,8 @@ def save_metadata(
     out = dict(metadata) if metadata else {}
     out.setdefault(PARENT_KEY, parent)
     if state is not None and thread_id is not None:
+        sha = running_digest(thread_id, state.messages, cache)
+        out[MESSAGES_KEY] = messages_mark(len(state.messages), sha)
         sign_metadata(
             out,
             state,
@@ -223,8 +229,30 @@ def save_metadata(
             key=thread_id,
             cache=cache,
             sign=sign,
+            messages_sha=sha,
         )
     return out
+
+
+ADDED_KEYS = frozenset((MESSAGES_KEY, HASH_KEY, PARENT_HASH_KEY, ALG_KEY))
+"""The save-metadata keys every tulip_nb save adds on its own (the message mark, the hash chain)."""
+
+
+def caller_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The save metadata without :data:`ADDED_KEYS`: what the caller and the lineage put there.
+
+    >>> caller_metadata({"k": 1, "parent_checkpoint_id": None, "tulip_nb_messages": [2, "ab"]})
+    {'k': 1, 'parent_checkpoint_id': None}
+    """
+    return {k: v for k, v in (metadata or {}).items() if k not in ADDED_KEYS}
+
+
+def messages_mark(count: int, digest: bytes) -> dict[str, Any]:
+    """The :data:`~tulip_nb.core.keys.MESSAGES_KEY` value: ``{"n": count, "sha": first 32 hex of digest}``.
+
+    An object, not a pair: a document store maps each field of an array to one type.
+    """
+    return {"n": count, "sha": digest.hex()[:32]}
 
 
 def validate_checkpoint(checkpoint: object) -> Checkpoint:
