@@ -28,7 +28,7 @@ def _replace_by_hand(path: Path, **changes: object) -> None:
 
 
 async def test_every_write_path_appends_an_index_line(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path, fsync=False)
+    cp = FileCheckpointer(tmp_path, fsync=False, layout="tulip")
     cid = await cp.save(full_state(), "t", metadata={"v": 1})
     when = datetime(2025, 1, 1, tzinfo=UTC)
     await cp.put_checkpoint(Checkpoint("p", "t", when, full_state(marker="p"), {"v": 2}))
@@ -41,13 +41,13 @@ async def test_every_write_path_appends_an_index_line(tmp_path: Path) -> None:
 
 
 async def test_a_replaced_file_is_read_again_by_a_warm_and_a_fresh_instance(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path, fsync=False)
+    cp = FileCheckpointer(tmp_path, fsync=False, layout="tulip")
     old = await cp.save(full_state(marker="a"), "t", metadata={"v": 1})
     new = await cp.save(full_state(marker="b"), "t", metadata={"v": 2})
     assert [i.checkpoint_id for i in await cp.list_checkpoint_infos("t")] == [new, old]  # caches warm
     later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
     _replace_by_hand(tmp_path / "t" / f"{old}.json", created_at=later, metadata={"v": "edited"})
-    for reader in (cp, FileCheckpointer(tmp_path)):
+    for reader in (cp, FileCheckpointer(tmp_path, layout="tulip")):
         infos = await reader.list_checkpoint_infos("t")
         assert [i.checkpoint_id for i in infos] == [old, new]
         assert infos[0].metadata == {"v": "edited"}
@@ -58,12 +58,12 @@ async def test_a_replaced_file_is_read_again_by_a_warm_and_a_fresh_instance(tmp_
 async def test_a_stale_index_line_never_decides_the_latest(tmp_path: Path) -> None:
     """The bug this fixes: put_checkpoint wrote no index line, so a fresh process listed the old
     ``created_at`` of a replaced checkpoint and chose the wrong latest."""
-    cp = FileCheckpointer(tmp_path, fsync=False)
+    cp = FileCheckpointer(tmp_path, fsync=False, layout="tulip")
     first = await cp.save(full_state(marker="a"), "t")
     second = await cp.save(full_state(marker="b"), "t")
     back = (await cp.list_checkpoint_infos("t"))[-1].created_at - timedelta(hours=1)
     await cp.put_checkpoint(Checkpoint(second, "t", back, full_state(marker="c"), {"moved": True}))
-    fresh = FileCheckpointer(tmp_path)
+    fresh = FileCheckpointer(tmp_path, layout="tulip")
     assert await fresh.list_checkpoints("t") == [first, second]
     assert await fresh.latest_checkpoint_id("t") == first
     assert await fresh.get_metadata("t", second) == {"moved": True}

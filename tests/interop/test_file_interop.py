@@ -23,13 +23,16 @@ def as_tulip(state_json: bytes):  # type: ignore[no-untyped-def]
     return tulip_state.AgentState.model_validate_json(state_json)
 
 
-async def test_tulip_reads_what_we_write(tmp_path: Path) -> None:
-    ours = FileCheckpointer(tmp_path)
+@pytest.mark.parametrize("layout", ["delta", "tulip"])
+async def test_tulip_reads_what_we_write(tmp_path: Path, layout: str) -> None:
+    """tulip lists every checkpoint of the tulip layout, and the latest turn end of the delta layout."""
+    ours = FileCheckpointer(tmp_path, layout=layout)  # type: ignore[arg-type]
     state = full_state()
     first = await ours.save(state, "user/42:chat #1")
     second = await ours.save(state, "user/42:chat #1")
     theirs = tulip_file.FileCheckpointer(base_dir=str(tmp_path))
-    assert await theirs.list_checkpoints("user/42:chat #1") == [second, first]
+    expected = [second, first] if layout == "tulip" else [second]
+    assert await theirs.list_checkpoints("user/42:chat #1") == expected
     loaded = await theirs.load("user/42:chat #1")
     assert loaded is not None
     # tulip drops keys it does not know; everything it knows arrives intact

@@ -244,9 +244,11 @@ async def test_real_full_disk_and_read_only_remount(tiny_tmpfs: Path) -> None:
     ckpt = await fresh.load_checkpoint("t")
     assert ckpt is not None and ckpt.checkpoint_id == good
     assert (await verify_thread(fresh, "t", limit=5)).ok
+    await fresh.close()  # an open log, even deleted, keeps a mount from going read-only
     # free space, then make the mount read-only (root ignores file modes; a ro mount does not)
     await cp.delete("t")
     good = await cp.save(_state(2), "t")
+    await cp.close()  # the open log is a file open for writing: a mount with one cannot go read-only
     assert _mount("-o", "remount,ro", str(tiny_tmpfs))
     try:
         with pytest.raises(BackendUnavailable, match="EROFS"):

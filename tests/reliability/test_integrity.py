@@ -84,7 +84,7 @@ async def test_every_backend_signs_and_verifies(kind: str, tmp_path: Path, sessi
 
 
 async def test_tampering_is_found_at_the_first_edited_checkpoint(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="tulip")
     state = _state(2)
     for i in range(5):
         state.messages.append(Message.user(f"turn {i}"))
@@ -92,7 +92,7 @@ async def test_tampering_is_found_at_the_first_edited_checkpoint(tmp_path: Path)
     infos = sorted(await cp.list_checkpoint_infos("t", 10), key=lambda i: i.created_at)
     victim = cp.checkpoint_path("t", infos[2].checkpoint_id)
     victim.write_bytes(victim.read_bytes().replace(b'"turn 1"', b'"turn one"'))
-    report = await verify_thread(FileCheckpointer(tmp_path), "t")
+    report = await verify_thread(FileCheckpointer(tmp_path, layout="tulip"), "t")
     assert not report.ok
     assert report.first_failure is not None and report.first_failure.checkpoint_id == infos[2].checkpoint_id
     assert report.first_failure.status == "mismatch"
@@ -108,17 +108,17 @@ async def test_tampering_is_found_at_the_first_edited_checkpoint(tmp_path: Path)
     victim.write_bytes(orjson.dumps(env))
     # the head index is stamped with the file's (inode, mtime, size): a fresh process re-reads the
     # rewritten file instead of trusting the index, and the chain breaks at its child
-    report = await verify_thread(FileCheckpointer(tmp_path), "t")
+    report = await verify_thread(FileCheckpointer(tmp_path, layout="tulip"), "t")
     assert report.first_failure is not None and report.first_failure.checkpoint_id == infos[3].checkpoint_id
     assert report.first_failure.status == "broken_chain"
     (victim.parent / ".tulip_nb_index").unlink()  # without an index at all: the same verdict
-    report = await verify_thread(FileCheckpointer(tmp_path), "t")
+    report = await verify_thread(FileCheckpointer(tmp_path, layout="tulip"), "t")
     assert report.first_failure is not None and report.first_failure.checkpoint_id == infos[3].checkpoint_id
     assert report.first_failure.status == "broken_chain"
 
     # removing a checkpoint in the middle breaks the chain at its child
     cp.checkpoint_path("t", infos[1].checkpoint_id).unlink()
-    report = await verify_thread(FileCheckpointer(tmp_path), "t")
+    report = await verify_thread(FileCheckpointer(tmp_path, layout="tulip"), "t")
     assert report.verdicts[1].checkpoint_id == infos[2].checkpoint_id
     assert report.verdicts[1].status == "broken_chain" and "not in the thread" in report.verdicts[1].detail
 
@@ -148,7 +148,7 @@ async def test_tulip_threads_are_unsigned_not_failures(tmp_path: Path) -> None:
     theirs = TulipFile(str(tmp_path))
     for _ in range(2):
         await theirs.save(to_tulip_state(_state(1)), "t")
-    ours = FileCheckpointer(tmp_path)
+    ours = FileCheckpointer(tmp_path, layout="tulip")
     assert (await verify_thread(ours, "t")).counts() == {"unsigned": 2}
     state = await ours.load("t")
     assert state is not None

@@ -112,11 +112,20 @@ def test_verify(store: Path) -> None:
     # the fork's first checkpoint names a parent in another thread: only that is reported when
     # the source thread's checkpoint is gone, one line per problem
     files = sorted((p for p in store.rglob("*.json") if "what-if" in str(p.parent)), key=lambda p: p.stat().st_mtime)
-    newest = files[-1]
-    newest.write_text(newest.read_text()[:-40])  # truncated
+    newest = files[-1]  # the thread's tulip envelope (delta layout)
+    original = newest.read_text()
+    newest.write_text(original[:-40])  # truncated
     r = cli("verify", str(store), "case-1-what-if")
     assert r.returncode == 1
-    assert r.stdout.strip() and "problem(s)" in r.stderr
+    assert "tulip envelope" in r.stdout and "cannot be read" in r.stdout and "problem(s)" in r.stderr
+    newest.write_text(original)
+    assert cli("verify", str(store), "case-1-what-if").returncode == 0
+    log = store / "case-1-what-if" / ".tulip_nb_log"
+    data = bytearray(log.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a flipped byte inside a record that is not the last
+    log.write_bytes(bytes(data))
+    r = cli("verify", str(store), "case-1-what-if")
+    assert r.returncode == 1 and "problem(s)" in r.stderr and "the log has lost" in r.stdout
     r = cli("verify", str(store), "nope")
     assert r.returncode == 2
 

@@ -165,7 +165,7 @@ import asyncio, os, sys
 from tulip_nb.lab import export_threads
 from tulip_nb.memory.backends import FileCheckpointer
 
-dest = FileCheckpointer(sys.argv[2])
+dest = FileCheckpointer(sys.argv[2], layout="tulip")  # one atomic file write per checkpoint
 die_at, calls = int(sys.argv[3]), 0
 write = dest._write_atomic
 
@@ -198,7 +198,7 @@ async def test_killed_midway_then_resumed_loses_and_duplicates_nothing(tmp_path:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert killed.returncode == 9, killed.stderr
-    dst = FileCheckpointer(dest_dir)
+    dst = FileCheckpointer(dest_dir, layout="tulip")
     partial = {t: await dst.list_checkpoints(t, limit=100) for t in threads}
     done = sum(len(v) for v in partial.values())
     # only complete checkpoints: the torn 21st write is invisible (up to two writes of the other

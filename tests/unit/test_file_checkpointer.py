@@ -48,7 +48,7 @@ async def test_reads_a_real_tulip_file_and_resaves_every_key(tmp_path: Path) -> 
 
 
 async def test_envelope_layout_is_tulips(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="tulip")
     cid = await cp.save(full_state(), "user/42:chat #1", metadata={"k": "v"})
     path = tmp_path / "user_42_chat__1" / f"{cid}.json"
     data = path.read_bytes()
@@ -71,13 +71,13 @@ def test_safe_name_matches_tulip_and_bounds_length() -> None:
 
 
 async def test_corrupt_file_explicit_load_names_it(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="tulip")
     good = await cp.save(full_state(marker="good"), "t")
     bad = await cp.save(full_state(marker="bad"), "t")
     path = tmp_path / "t" / f"{bad}.json"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # truncated: header intact, body cut
-    fresh = FileCheckpointer(tmp_path)
+    fresh = FileCheckpointer(tmp_path, layout="tulip")
     with pytest.raises(CheckpointCorrupt) as err:
         await fresh.load("t", bad)
     assert err.value.path == str(path)
@@ -89,10 +89,10 @@ async def test_corrupt_file_explicit_load_names_it(tmp_path: Path) -> None:
 
 
 async def test_garbage_file_is_skipped_with_a_warning(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="tulip")
     good = await cp.save(full_state(), "t")
     (tmp_path / "t" / "zzz.json").write_bytes(b"\x00not json at all")
-    fresh = FileCheckpointer(tmp_path)
+    fresh = FileCheckpointer(tmp_path, layout="tulip")
     with pytest.warns(RuntimeWarning, match="zzz.json"):
         assert await fresh.list_checkpoints("t") == [good]
 
@@ -109,15 +109,15 @@ async def test_outage_is_an_error_not_an_empty_thread(tmp_path: Path) -> None:
 
 
 async def test_latest_is_newest_created_at_not_file_order(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="tulip")
     ids = [await cp.save(full_state(marker=str(i)), "t") for i in range(3)]
     # touch the oldest file: mtime must not matter
     os.utime(tmp_path / "t" / f"{ids[0]}.json", (time.time() + 100, time.time() + 100))
-    assert await FileCheckpointer(tmp_path).list_checkpoints("t") == ids[::-1]
+    assert await FileCheckpointer(tmp_path, layout="tulip").list_checkpoints("t") == ids[::-1]
 
 
 async def test_sees_checkpoints_written_by_another_instance(tmp_path: Path) -> None:
-    a, b = FileCheckpointer(tmp_path), FileCheckpointer(tmp_path)
+    a, b = FileCheckpointer(tmp_path, layout="tulip"), FileCheckpointer(tmp_path, layout="tulip")
     first = await a.save(full_state(), "t")
     assert await b.list_checkpoints("t") == [first]
     second = await b.save(full_state(), "t")
@@ -127,7 +127,7 @@ async def test_sees_checkpoints_written_by_another_instance(tmp_path: Path) -> N
 
 
 async def test_copy_into_a_shared_directory_mints_new_ids(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="tulip")
     first = await cp.save(full_state(), "a#1")
     second = await cp.save(full_state(), "a#1")
     await cp.copy_thread("a#1", "a_1")
@@ -218,13 +218,13 @@ async def test_appending_saves_reuse_the_joined_history(tmp_path: Path) -> None:
 
 
 async def test_persistent_index_serves_a_fresh_process(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="tulip")
     ids = [await cp.save(full_state(marker=str(i)), "t", metadata={"i": i}) for i in range(5)]
     index = tmp_path / "t" / ".tulip_nb_index"
     assert len(index.read_bytes().splitlines()) == 5
     await cp.delete("t", ids[-1])
     index.write_bytes(index.read_bytes() + b'{"f": "torn')  # a crash mid-append
-    fresh = FileCheckpointer(tmp_path)
+    fresh = FileCheckpointer(tmp_path, layout="tulip")
     infos = await fresh.list_checkpoint_infos("t")
     assert [i.checkpoint_id for i in infos] == ids[-2::-1]
     assert caller_metadata(infos[0].metadata) == {"i": 3, "parent_checkpoint_id": ids[2]}
@@ -232,11 +232,11 @@ async def test_persistent_index_serves_a_fresh_process(tmp_path: Path) -> None:
     raw = orjson.loads((tmp_path / "t" / f"{ids[0]}.json").read_bytes())
     raw.update(checkpoint_id="foreign", created_at="2099-01-01T00:00:00+00:00")
     (tmp_path / "t" / "foreign.json").write_bytes(orjson.dumps(raw))
-    assert (await FileCheckpointer(tmp_path).list_checkpoints("t"))[0] == "foreign"
+    assert (await FileCheckpointer(tmp_path, layout="tulip").list_checkpoints("t"))[0] == "foreign"
 
 
 async def test_index_does_not_keep_a_deleted_thread_directory(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="tulip")
     await cp.save(full_state(), "t")
     assert await cp.delete("t")
     assert not (tmp_path / "t").exists()

@@ -4,7 +4,8 @@ For each checkpoint the listing names: the envelope decodes (state valid), its c
 thread ids are the ones asked for, its ``parent_checkpoint_id`` exists in the thread (or, for a
 fork's first checkpoint, in the ``forked_from`` thread), it is newer
 than its parent, and the listing is in ``created_at`` order (newest first). Files the backend
-skipped as unreadable (a warning) count as problems too. Then the hash chain
+skipped as unreadable (a warning) count as problems too, and so does a file store's tulip envelope
+that is missing, unreadable or not the log's latest turn end (the delta layout). Then the hash chain
 (:func:`tulip_nb.memory.integrity.verify_thread`): every signed checkpoint's content must match its
 ``tulip_nb_hash`` and chain to its parent's; unsigned checkpoints (written by tulip) are counted,
 not failed (``--strict`` fails an unsigned checkpoint that follows signed ones). One line per
@@ -85,6 +86,9 @@ async def verify(
             elif info.checkpoint_id in created and parent in created and created[parent] > created[info.checkpoint_id]:
                 problems.append(f"{info.checkpoint_id}: older than its parent {parent}")
     problems += [f"warning: {w.message}" for w in caught]
+    check_mirror = getattr(cp, "check_mirror", None)  # the file store's delta layout: tulip's envelope
+    if callable(check_mirror):
+        problems += check_mirror(thread_id)
     report = await verify_thread(cp, thread_id, limit=limit, strict=strict)
     problems += [
         f"{v.checkpoint_id}: hash chain: {v.status}: {v.detail}" for v in report.failures if v.status != "unreadable"

@@ -30,6 +30,11 @@ live; the modules that write or read a key import it from here.
 - :data:`MEMORY_MARK` -- the injected long-term memory message (view only, too);
 - :data:`TULIP_AT_KEY` -- tulip's per-message timestamp (its PostgreSQL layout).
 
+**File envelope keys** (top-level keys of a ``<checkpoint_id>.json`` envelope beyond tulip's):
+
+- :data:`MIRROR_KEY` -- marks the envelope the delta layout keeps for tulip (its copy of a
+  checkpoint in the thread's log).
+
 **Tool-execution extras** (keys of a ``ToolExecution`` beyond tulip's fields):
 
 - :data:`POSITION_KEY` -- the call's position ``[i, k]``, its identity (tulip ignores it).
@@ -52,6 +57,7 @@ __all__ = [
     "MEMORY_EVENTS_KEY",
     "MEMORY_MARK",
     "MESSAGES_KEY",
+    "MIRROR_KEY",
     "PARENT_HASH_KEY",
     "PRUNED_KEY",
     "PARENT_KEY",
@@ -146,6 +152,13 @@ MEMORY_MARK = "tulip_nb_memory"
 
 TULIP_AT_KEY = "tulip_at"
 """``Message.metadata`` key tulip's PostgreSQL layout keeps a message's timestamp under."""
+
+# -- file envelope keys --------------------------------------------------------------------------
+
+MIRROR_KEY = "tulip_nb_mirror"
+"""Top-level key of the tulip envelope the file store's delta layout writes for the thread's latest
+turn end: the name of the log file that holds the checkpoint. An envelope with it whose checkpoint
+is not in that log is reported by ``tulip-nb verify`` (the log lost its record). tulip ignores it."""
 
 # -- tool-execution extras -----------------------------------------------------------------------
 

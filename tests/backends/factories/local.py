@@ -1,4 +1,4 @@
-"""Memory and File: no server needed."""
+"""Memory and File (its delta layout, the default, and tulip's layout): no server needed."""
 
 from __future__ import annotations
 
@@ -23,4 +23,9 @@ async def file_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     yield opener(lambda: FileCheckpointer(base_dir=tmp_path / "threads"))
 
 
-FACTORIES: dict[str, Factory] = {"memory": memory_backend, "file": file_backend}
+@contextlib.asynccontextmanager
+async def file_tulip_backend(tmp_path: Path) -> AsyncIterator[Opener]:
+    yield opener(lambda: FileCheckpointer(base_dir=tmp_path / "threads", layout="tulip"))
+
+
+FACTORIES: dict[str, Factory] = {"memory": memory_backend, "file": file_backend, "file-tulip": file_tulip_backend}

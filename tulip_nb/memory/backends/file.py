@@ -1,10 +1,19 @@
-"""FileCheckpointer: one directory per thread, one JSON envelope per checkpoint (tulip's layout).
+"""FileCheckpointer: one directory per thread on a local disk, readable by tulip.
 
-``<base_dir>/<safe(thread_id)>/<safe(checkpoint_id)>.json``, where ``safe`` keeps letters, digits,
-``-`` and ``_`` and turns every other character into ``_`` (so ``user/42:chat #1`` lives in
-``user_42_chat__1/``). Each file is written to a temp file, fsynced and renamed into place, so a
-crash never leaves a half-written checkpoint under a real name. The latest checkpoint is the one
-with the newest ``created_at``; there is no pointer file to go stale.
+``<base_dir>/<safe(thread_id)>/``, where ``safe`` keeps letters, digits, ``-`` and ``_`` and turns
+every other character into ``_`` (so ``user/42:chat #1`` lives in ``user_42_chat__1/``). Two layouts:
+
+- ``layout="delta"`` (the default): each save appends what changed to the thread's log
+  ``.tulip_nb_log``, and the directory keeps one tulip envelope, the latest turn end, so tulip
+  still resumes the thread (:mod:`._file_delta`). A save costs its change, not the history.
+- ``layout="tulip"``: tulip's own layout, one JSON envelope ``<safe(checkpoint_id)>.json`` per
+  checkpoint (each save rewrites the whole history).
+
+Either instance reads both (a directory may hold a log and envelopes written by tulip or by the
+other layout); the layout only decides how this instance writes. Each envelope is written to a
+temp file, fsynced and renamed into place, so a crash never leaves a half-written checkpoint under
+a real name; a log record torn by a crash is ignored. The latest checkpoint is the one with the
+newest ``created_at``; there is no pointer file to go stale.
 
 Better than tulip, while staying readable by it:
 
@@ -14,7 +23,8 @@ Better than tulip, while staying readable by it:
   with a hash suffix instead of failing;
 - a corrupt or truncated file raises :class:`CheckpointCorrupt` naming the file when asked for
   explicitly, and is skipped with a warning (never chosen) when finding the latest;
-- ``expected_parent=`` is compare-and-swap across processes (an ``flock`` on ``<dir>/.lock``);
+- ``expected_parent=`` is compare-and-swap across tulip_nb processes (an ``flock`` on
+  ``<dir>/.lock``; tulip does not take it);
 - finding the latest reads only the first bytes of files it has not seen before (or that another
   process replaced since), not every file; every write records the file's header in memory and
   in the persistent index, each checked against the file itself (see :mod:`._file_index`).
@@ -29,18 +39,19 @@ import os
 import threading
 import warnings
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import orjson
-
-from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId
+from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId, UserError
+from tulip_nb.core.keys import MIRROR_KEY
 from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory._envelope import decode_envelope, encode_envelope_parts
+from tulip_nb.memory.backends import _file_threads as threads
 from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first, prepare_save_after
+from tulip_nb.memory.backends._delta_log import AUTO
+from tulip_nb.memory.backends._file_delta import DeltaLogs, has, is_turn_end, load_from, mirror_name
 from tulip_nb.memory.backends._file_index import (
-    INDEX_NAME,
     LOCK_NAME,
     Bad,
     Entry,
@@ -63,9 +74,12 @@ from tulip_nb.memory.checkpointer import (
     validate_checkpoint_id,
     validate_thread_id,
 )
-from tulip_nb.memory.retention import relink
 
 __all__ = ["FileCheckpointer", "safe_name"]
+
+
+def _key(info: CheckpointInfo) -> tuple[datetime, str]:
+    return info.created_at, info.checkpoint_id
 
 
 class FileCheckpointer(InTreeCheckpointer):
@@ -80,11 +94,20 @@ class FileCheckpointer(InTreeCheckpointer):
     """
 
     def __init__(
-        self, base_dir: str | os.PathLike[str] = ".tulip_checkpoints", *, fsync: bool = True, sign: bool = True
+        self,
+        base_dir: str | os.PathLike[str] = ".tulip_checkpoints",
+        *,
+        fsync: bool = True,
+        sign: bool = True,
+        layout: Literal["delta", "tulip"] = "delta",
     ) -> None:
+        if layout not in ("delta", "tulip"):
+            raise UserError(f"FileCheckpointer layout must be 'delta' or 'tulip', got {layout!r}")
         self.base_dir = Path(base_dir)
         self.sign = sign
         self.fsync = fsync
+        self.layout = layout
+        self._logs = DeltaLogs(self.base_dir.resolve(), fsync=fsync)
         # directory -> file name -> (inode of the file, its header or why it is unreadable)
         self._heads: dict[Path, dict[str, tuple[int, Entry]]] = {}
         self._heads_lock = threading.Lock()
@@ -92,7 +115,7 @@ class FileCheckpointer(InTreeCheckpointer):
         self._blobs = MessageBlobCache()
 
     def __repr__(self) -> str:
-        return f"FileCheckpointer(base_dir={str(self.base_dir)!r})"
+        return f"FileCheckpointer(base_dir={str(self.base_dir)!r}, layout={self.layout!r})"
 
     @property
     def capabilities(self) -> Capabilities:
@@ -168,16 +191,41 @@ class FileCheckpointer(InTreeCheckpointer):
                 del known[gone]
             return {n: e for n, (_, e) in known.items()}
 
-    def _infos(self, thread_id: str, directory: Path) -> list[tuple[str, CheckpointInfo]]:
-        """(file name, info) of the thread's readable checkpoints, newest first."""
-        out = []
+    def _infos(self, thread_id: str, directory: Path) -> list[tuple[str | None, CheckpointInfo]]:
+        """(file name, info) of the thread's readable checkpoints, newest first.
+
+        The name is None for a checkpoint in the thread's log; an envelope whose id is in the log
+        is the log's mirror and is listed once, as the log's.
+        """
+        logged = self._logs.infos(directory, thread_id)
+        in_log = {i.checkpoint_id for i in logged}
+        out: list[tuple[str | None, CheckpointInfo]] = [(None, i) for i in logged]
         for name, entry in self._scan(directory).items():
             if isinstance(entry, Bad):
                 self._warn_bad(directory / name, entry.reason)
-            elif entry.thread_id == thread_id:
+            elif entry.thread_id == thread_id and entry.checkpoint_id not in in_log:
                 out.append((name, entry))
-        out.sort(key=lambda p: (p[1].created_at, p[0]), reverse=True)
+        out.sort(key=lambda p: (p[1].created_at, p[1].checkpoint_id), reverse=True)
         return out
+
+    def _latest_info(self, thread_id: str, directory: Path) -> tuple[str | None, CheckpointInfo] | None:
+        """The thread's newest checkpoint, reading only the log's latest header and the envelopes."""
+        log = self._logs.get(directory, thread_id)
+        head = log.latest() if log is not None else None
+        best: tuple[str | None, CheckpointInfo] | None = None
+        if head is not None:
+            best = (None, CheckpointInfo(head.checkpoint_id, thread_id, head.created_at, dict(head.metadata)))
+        for name, entry in self._scan(directory).items():
+            if isinstance(entry, Bad):
+                self._warn_bad(directory / name, entry.reason)
+            elif entry.thread_id == thread_id and (log is None or not has(log, entry.checkpoint_id)):
+                newer = best is None or (entry.created_at, entry.checkpoint_id) > (
+                    best[1].created_at,
+                    best[1].checkpoint_id,
+                )
+                if newer:
+                    best = (name, entry)
+        return best
 
     def _warn_bad(self, path: Path, reason: str) -> None:
         key = (path, reason)
@@ -244,34 +292,162 @@ class FileCheckpointer(InTreeCheckpointer):
     ) -> str:
         cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
         directory = self.thread_dir(thread_id)
-        path = directory / (safe_name(cid) + ".json")
         with self._locked(directory, create=True):
-            infos = self._infos(thread_id, directory)
-            self._check_name_free(path, thread_id, cid)
+            latest = self._latest_info(thread_id, directory)
+            self._check_name_free(directory / mirror_name(cid), thread_id, cid)
             plan = prepare_save_after(
-                infos[0][1] if infos else None, thread_id, state, metadata, expected_parent, self._blobs, sign=self.sign
+                latest[1] if latest else None, thread_id, state, metadata, expected_parent, self._blobs, sign=self.sign
             )
-            now, meta = plan.created_at, plan.metadata
-            self._write_atomic(path, encode_envelope_parts(cid, thread_id, now, state, meta, cache=self._blobs))
-            self._record_write(path, CheckpointInfo(cid, thread_id, now, meta))
+            ckpt = Checkpoint(cid, thread_id, plan.created_at, state, plan.metadata)
+            if self.layout == "tulip":
+                self._write_envelope(directory, ckpt)
+                return cid
+            base: Any = AUTO
+            if latest is None:  # a new thread: a fork of a thread in the delta layout shares its history
+                fork = self._logs.fork_base(plan.metadata, self.thread_dir)
+                if fork is not None:
+                    base, source_dir = fork
+                    self._logs.add_dependent(source_dir, self._logs.ref(directory, thread_id))
+            elif latest[0] is not None:
+                base = None  # the latest is an envelope (tulip's): this record is a snapshot
+            self._append_logged(directory, ckpt, base, mirror=is_turn_end(plan.metadata))
         return cid
 
+    def _append_logged(self, directory: Path, ckpt: Checkpoint, base: Any, *, mirror: bool) -> None:
+        """Append ``ckpt`` to its thread's log and, for a turn end, make it the tulip envelope.
+
+        All or nothing: when the envelope cannot be written, the record is cut off again and the
+        new envelope removed, so a failed save leaves the thread as it was.
+        """
+        log = self._logs.create(directory, ckpt.thread_id)
+        header = self._logs.append(log, ckpt, base=base)
+        if not mirror:
+            return
+        try:
+            self._sync_mirror(directory, ckpt.thread_id, ckpt)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._unlink(directory / mirror_name(ckpt.checkpoint_id))
+            log.discard(header)
+            raise
+
     def _put_sync(self, ckpt: Checkpoint) -> None:
-        cid, thread_id = ckpt.checkpoint_id, ckpt.thread_id
-        directory = self.thread_dir(thread_id)
-        path = directory / (safe_name(cid) + ".json")
+        directory = self.thread_dir(ckpt.thread_id)
         with self._locked(directory, create=True):
             self._scan(directory)
-            self._put_locked(path, ckpt)
+            self._put_locked(directory, ckpt)
 
-    def _put_locked(self, path: Path, ckpt: Checkpoint) -> None:
-        """Write ``ckpt`` verbatim to ``path`` (its directory's lock is held)."""
+    def _put_locked(self, directory: Path, ckpt: Checkpoint) -> None:
+        """Write ``ckpt`` verbatim (its directory's lock is held), in this instance's layout."""
         cid, thread_id = ckpt.checkpoint_id, ckpt.thread_id
-        self._check_name_free(path, thread_id, cid)
+        self._check_name_free(directory / mirror_name(cid), thread_id, cid)
+        if self.layout == "tulip":
+            self._write_envelope(directory, ckpt)
+            return
+        self._append_logged(directory, ckpt, AUTO, mirror=True)
+
+    def _write_envelope(self, directory: Path, ckpt: Checkpoint, *, mirror_of: str | None = None) -> None:
+        """Write ``ckpt`` as a tulip envelope; ``mirror_of``: the log it mirrors (:data:`MIRROR_KEY`)."""
+        cid, thread_id = ckpt.checkpoint_id, ckpt.thread_id
         meta = dict(ckpt.metadata)
-        parts = encode_envelope_parts(cid, thread_id, ckpt.created_at, ckpt.state, meta, ckpt.extra or None)
+        extra = {**ckpt.extra, MIRROR_KEY: mirror_of} if mirror_of else ckpt.extra
+        parts = encode_envelope_parts(
+            cid, thread_id, ckpt.created_at, ckpt.state, meta, extra or None, cache=self._blobs
+        )
+        path = directory / mirror_name(cid)
         self._write_atomic(path, parts)
         self._record_write(path, CheckpointInfo(cid, thread_id, ckpt.created_at, meta))
+
+    def _mirrors(self, directory: Path, thread_id: str) -> dict[str, str]:
+        """File name -> checkpoint id of the envelopes that mirror a checkpoint of the thread's log."""
+        log = self._logs.get(directory, thread_id)
+        if log is None:
+            return {}
+        return {
+            name: e.checkpoint_id
+            for name, e in self._scan(directory).items()
+            if isinstance(e, CheckpointInfo) and e.thread_id == thread_id and has(log, e.checkpoint_id)
+        }
+
+    def _sync_mirror(
+        self,
+        directory: Path,
+        thread_id: str,
+        have: Checkpoint | None = None,
+        *,
+        dropping: frozenset[str] | set[str] = frozenset(),
+    ) -> None:
+        """Make the thread's one tulip envelope its latest turn end (leaving ``dropping`` out).
+
+        The new envelope is written before the old one goes, so a crash leaves one or two, never
+        none while the log has a turn end; a checkpoint about to be dropped loses its envelope
+        first (so it never outlives the log record as an envelope of its own).
+        """
+        log = self._logs.get(directory, thread_id)
+        if log is None:
+            return
+        want = next(
+            (h for h in reversed(log.headers()) if h.checkpoint_id not in dropping and is_turn_end(h.metadata)), None
+        )
+        mirrors = self._mirrors(directory, thread_id)
+        if want is not None and mirror_name(want.checkpoint_id) not in mirrors:
+            if have is not None and have.checkpoint_id == want.checkpoint_id:
+                ckpt = Checkpoint(have.checkpoint_id, thread_id, want.created_at, have.state, dict(want.metadata))
+            else:
+                ckpt = load_from(log, thread_id, want.checkpoint_id)
+            self._write_envelope(directory, ckpt, mirror_of=log.path.name)
+        for name, cid in mirrors.items():
+            if want is None or cid != want.checkpoint_id:
+                self._unlink(directory / name)
+
+    def check_mirror(self, thread_id: str) -> list[str]:
+        """Problems with the thread's tulip envelope in the delta layout (none: tulip reads it right).
+
+        The envelope must exist when the log has a turn end, decode, and hold exactly the log's
+        state of that checkpoint; no other envelope may mirror the log. ``tulip-nb verify`` runs it.
+        """
+        directory = self.thread_dir(thread_id)
+        log = self._logs.get(directory, thread_id)
+        if log is None:
+            return []
+        want = next((h for h in reversed(log.headers()) if is_turn_end(h.metadata)), None)
+        mirrors = self._mirrors(directory, thread_id)
+        problems = [
+            f"{cid}: stale tulip envelope {name}"
+            for name, cid in mirrors.items()
+            if want is None or cid != want.checkpoint_id
+        ]
+        for name, info in self._infos(thread_id, directory):
+            if name is None or mirror_name(info.checkpoint_id) != name:
+                continue
+            with contextlib.suppress(CheckpointNotFound, CheckpointCorrupt):
+                if self._read_checkpoint(directory / name, thread_id).extra.get(MIRROR_KEY) == log.path.name:
+                    problems.append(
+                        f"{info.checkpoint_id}: the log has lost this checkpoint's record (its tulip envelope"
+                        f" {name} still holds it): the log was cut or edited"
+                    )
+        if want is None:
+            return problems
+        path = directory / mirror_name(want.checkpoint_id)
+        try:
+            got = self._read_checkpoint(path, thread_id)
+        except (CheckpointNotFound, CheckpointCorrupt) as e:
+            return [*problems, f"{want.checkpoint_id}: the tulip envelope {path.name} cannot be read: {e.message}"]
+        ours = load_from(log, thread_id, want.checkpoint_id)
+        if got.checkpoint_id != ours.checkpoint_id or got.state.to_json_bytes() != ours.state.to_json_bytes():
+            problems.append(f"{want.checkpoint_id}: the tulip envelope {path.name} differs from the log")
+        return problems
+
+    def _unlink(self, path: Path) -> bool:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            raise unavailable(e, path) from e
+        with self._heads_lock:
+            self._heads.get(path.parent, {}).pop(path.name, None)
+        return True
 
     def _check_name_free(self, path: Path, thread_id: str, cid: str) -> None:
         """A file name shared by two threads (ids that sanitise alike) is never overwritten."""
@@ -293,7 +469,18 @@ class FileCheckpointer(InTreeCheckpointer):
         directory = self.thread_dir(thread_id)
         if checkpoint_id is not None:
             return self._load_by_id(directory, thread_id, validate_checkpoint_id(checkpoint_id, thread_id))
-        for name, _info in self._infos(thread_id, directory):
+        for name, info in self._infos(thread_id, directory):
+            if name is None:
+                log = self._logs.get(directory, thread_id)
+                if log is None:
+                    continue
+                try:
+                    return load_from(log, thread_id, info.checkpoint_id)
+                except CheckpointCorrupt as e:
+                    self._warn_bad(log.path, e.message)
+                    continue
+                except CheckpointNotFound:
+                    continue  # pruned under us
             path = directory / name
             try:
                 ckpt = self._read_checkpoint(path, thread_id)
@@ -312,6 +499,9 @@ class FileCheckpointer(InTreeCheckpointer):
         The envelope names its thread and checkpoint, so a file of another thread sharing the
         directory (ids that sanitise alike) or of an id that sanitises alike is not this one.
         """
+        log = self._logs.get(directory, thread_id)
+        if log is not None and has(log, checkpoint_id):
+            return load_from(log, thread_id, checkpoint_id)
         path = directory / (safe_name(checkpoint_id) + ".json")
         try:
             ckpt = self._read_checkpoint(path, thread_id)
@@ -323,122 +513,22 @@ class FileCheckpointer(InTreeCheckpointer):
             raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
         return ckpt
 
+    async def close(self) -> None:
+        """Close the open thread logs (nothing is lost: the next call opens them again)."""
+        self._logs.close()
+
+    # -- thread-level operations (in _file_threads) ------------------------------------------------
     def _delete_sync(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
-        """Delete the thread's checkpoints in ``checkpoint_ids`` (all for None); how many went."""
-        directory = self.thread_dir(thread_id)
-        if not directory.exists():
-            return 0
-        removed = 0
-        with self._locked(directory, create=False):
-            for name, info in self._infos(thread_id, directory):
-                if checkpoint_ids is None or info.checkpoint_id in checkpoint_ids:
-                    try:
-                        (directory / name).unlink()
-                        removed += 1
-                    except FileNotFoundError:
-                        pass
-                    except OSError as e:
-                        raise unavailable(e, directory / name) from e
-            remaining = self._scan(directory)
-        if not remaining:
-            self._remove_dir(directory)
-        return removed
-
-    def _remove_dir(self, directory: Path) -> None:
-        try:
-            leftovers = [n for n in os.listdir(directory) if n not in (LOCK_NAME, INDEX_NAME)]
-            if not leftovers:
-                (directory / INDEX_NAME).unlink(missing_ok=True)
-                (directory / LOCK_NAME).unlink(missing_ok=True)
-                directory.rmdir()
-        except OSError:
-            pass  # another writer got in first: the directory stays
-        with self._heads_lock:
-            if not directory.exists():
-                self._heads.pop(directory, None)
-
-    def _thread_dirs(self) -> list[Path]:
-        try:
-            return sorted(p for p in self.base_dir.resolve().iterdir() if p.is_dir())
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            raise unavailable(e, self.base_dir) from e
+        return threads.delete_sync(self, thread_id, checkpoint_ids)
 
     def _all_infos(self) -> list[CheckpointInfo]:
-        out = []
-        for directory in self._thread_dirs():
-            for name, entry in self._scan(directory).items():
-                if isinstance(entry, Bad):
-                    self._warn_bad(directory / name, entry.reason)
-                else:
-                    out.append(entry)
-        return out
+        return threads.all_infos(self)
 
     def _copy_sync(self, source: str, dest: str) -> bool:
-        src_dir = self.thread_dir(source)
-        dst_dir = self.thread_dir(dest)
-        infos = self._infos(source, src_dir)
-        if not infos:
-            raise CheckpointNotFound("source thread has no checkpoints", thread_id=source)
-        with self._locked(dst_dir, create=True):
-            if self._infos(dest, dst_dir):
-                raise CheckpointConflict("destination thread already has checkpoints; delete it first", thread_id=dest)
-            taken = set(self._scan(dst_dir))
-            renamed: dict[str, str] = {}
-            plan = []
-            for name, info in infos:
-                cid = info.checkpoint_id
-                if safe_name(cid) + ".json" in taken:  # shared directory: mint a fresh id
-                    renamed[cid] = new_checkpoint_id()
-                plan.append((name, info))
-            for name, info in plan:
-                try:
-                    raw = orjson.loads((src_dir / name).read_bytes())
-                except (OSError, orjson.JSONDecodeError) as e:
-                    raise CheckpointCorrupt(f"cannot copy: {e}", thread_id=source, path=str(src_dir / name)) from e
-                cid = renamed.get(info.checkpoint_id, info.checkpoint_id)
-                meta = dict(raw.get("metadata") or {})
-                parent = meta.get("parent_checkpoint_id")
-                if isinstance(parent, str) and parent in renamed:
-                    meta["parent_checkpoint_id"] = renamed[parent]
-                meta["copied_from"] = {"thread_id": source, "checkpoint_id": info.checkpoint_id}
-                raw.update(checkpoint_id=cid, thread_id=dest, metadata=meta)
-                ordered = {"checkpoint_id": cid, "thread_id": dest, "created_at": raw["created_at"], "metadata": meta}
-                ordered.update((k, v) for k, v in raw.items() if k not in ordered)
-                path = dst_dir / (safe_name(cid) + ".json")
-                self._write_atomic(path, orjson.dumps(ordered, option=orjson.OPT_NON_STR_KEYS))
-                self._record_write(path, CheckpointInfo(cid, dest, info.created_at, meta))
-        return True
+        return threads.copy_sync(self, source, dest)
 
     def _vacuum_sync(self, older_than_days: float) -> int:
-        cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
-        removed = 0
-        for directory in self._thread_dirs():
-            with self._locked(directory, create=False):
-                entries = self._scan(directory)
-                old = {n: e for n, e in entries.items() if isinstance(e, CheckpointInfo) and e.created_at < cutoff}
-                self._relink_locked(directory, entries, {e.checkpoint_id for e in old.values()})
-                for name in old:
-                    with contextlib.suppress(FileNotFoundError):
-                        (directory / name).unlink()
-                        removed += 1
-                remaining = self._scan(directory)
-            if not remaining:
-                self._remove_dir(directory)
-        return removed
-
-    def _relink_locked(self, directory: Path, entries: dict[str, Entry], dropped: set[str]) -> None:
-        """Before ``dropped`` go: re-link each survivor whose parent is dropped (see retention)."""
-        per_thread: dict[str, list[CheckpointInfo]] = {}
-        for entry in entries.values():
-            if isinstance(entry, CheckpointInfo):
-                per_thread.setdefault(entry.thread_id, []).append(entry)
-        for thread_id, infos in per_thread.items():
-            for cid, meta in relink(infos, dropped).items():
-                ckpt = self._load_by_id(directory, thread_id, cid)
-                path = directory / (safe_name(cid) + ".json")
-                self._put_locked(path, Checkpoint(cid, thread_id, ckpt.created_at, ckpt.state, meta, ckpt.extra))
+        return threads.vacuum_sync(self, older_than_days)
 
     # -- async contract -----------------------------------------------------------------------
     async def save(

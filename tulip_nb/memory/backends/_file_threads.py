@@ -1,0 +1,251 @@
+"""Thread-level operations of :class:`~tulip_nb.memory.backends.file.FileCheckpointer`: delete,
+copy, vacuum and the scans behind the listing capabilities, in both layouts (:mod:`._file_delta`).
+
+Functions of the checkpointer: they run on its own primitives (its per-directory lock, header
+cache, envelope reads and writes, the thread logs), so every operation keeps every index and the
+tulip envelope (the *mirror*) in step with the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
+from tulip_nb.core.keys import PARENT_KEY
+from tulip_nb.memory.backends._delta_log import LOG_NAME, ForeignBase
+from tulip_nb.memory.backends._file_delta import FORKS_NAME, info_of, load_from, mirror_name
+from tulip_nb.memory.backends._file_index import INDEX_NAME, LOCK_NAME, Bad, unavailable
+from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo, new_checkpoint_id
+from tulip_nb.memory.retention import relink
+
+if TYPE_CHECKING:
+    from tulip_nb.memory.backends.file import FileCheckpointer
+
+__all__ = ["all_infos", "copy_sync", "delete_sync", "vacuum_sync"]
+
+_BOOKKEEPING = (LOCK_NAME, INDEX_NAME, FORKS_NAME)
+
+
+# -- delete -----------------------------------------------------------------------------------
+def delete_sync(cp: FileCheckpointer, thread_id: str, checkpoint_ids: set[str] | None) -> int:
+    """Delete the thread's checkpoints in ``checkpoint_ids`` (all for None); how many went."""
+    directory = cp.thread_dir(thread_id)
+    if not directory.exists():
+        return 0
+    removed = 0
+    with cp._locked(directory, create=False):
+        infos = cp._infos(thread_id, directory)
+        going = [(n, i) for n, i in infos if checkpoint_ids is None or i.checkpoint_id in checkpoint_ids]
+        if not going:
+            return 0
+        logged = {i.checkpoint_id for n, i in going if n is None}
+        log = cp._logs.get(directory, thread_id)
+        whole_log = log is not None and len(logged) == sum(1 for n, _ in infos if n is None)
+        if log is not None and logged:
+            if whole_log:  # the log goes: the forks built on it must stand alone first
+                cp._logs.release_dependents(directory, functools.partial(_lock_dir, cp))
+            cp._sync_mirror(directory, thread_id, dropping=logged)
+        for name, _info in going:
+            if name is not None and cp._unlink(directory / name):
+                removed += 1
+        if log is not None and logged:
+            if whole_log:
+                for name in cp._mirrors(directory, thread_id):
+                    cp._unlink(directory / name)
+                cp._logs.forget(log.path)
+                with contextlib.suppress(FileNotFoundError):
+                    log.path.unlink()
+            else:
+                log.prune(logged)
+            removed += len(logged)
+        empty = not cp._scan(directory) and not _logs_in(directory)
+    if empty:
+        _remove_dir(cp, directory)
+    return removed
+
+
+def _lock_dir(cp: FileCheckpointer, directory: Path) -> contextlib.AbstractContextManager[None]:
+    return cp._locked(directory, create=False)
+
+
+def _remove_dir(cp: FileCheckpointer, directory: Path) -> None:
+    try:
+        leftovers = [n for n in os.listdir(directory) if n not in _BOOKKEEPING]
+        if not leftovers:
+            for name in _BOOKKEEPING:
+                (directory / name).unlink(missing_ok=True)
+            directory.rmdir()
+    except OSError:
+        pass  # another writer got in first: the directory stays
+    with cp._heads_lock:
+        if not directory.exists():
+            cp._heads.pop(directory, None)
+
+
+# -- scans ------------------------------------------------------------------------------------
+def _thread_dirs(cp: FileCheckpointer) -> list[Path]:
+    try:
+        return sorted(p for p in cp.base_dir.resolve().iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise unavailable(e, cp.base_dir) from e
+
+
+def _log_threads(cp: FileCheckpointer, directory: Path) -> Iterator[tuple[str, list[CheckpointInfo]]]:
+    """(thread id, live infos) of every log in ``directory``."""
+    for name in _logs_in(directory):
+        log = cp._logs.open_path(directory / name)
+        thread_id = log.file_thread_id or (directory.name if name == LOG_NAME else None)
+        if thread_id is not None:
+            yield thread_id, [info_of(h, thread_id) for h in log.headers()]
+
+
+def _dir_infos(cp: FileCheckpointer, directory: Path) -> dict[str, list[tuple[str | None, CheckpointInfo]]]:
+    """Per thread id, the (file name or None, info) of each checkpoint in ``directory``."""
+    per: dict[str, list[tuple[str | None, CheckpointInfo]]] = {}
+    logged: set[tuple[str, str]] = set()
+    for thread_id, infos in _log_threads(cp, directory):
+        per.setdefault(thread_id, []).extend((None, i) for i in infos)
+        logged.update((thread_id, i.checkpoint_id) for i in infos)
+    for name, entry in cp._scan(directory).items():
+        if isinstance(entry, Bad):
+            cp._warn_bad(directory / name, entry.reason)
+        elif (entry.thread_id, entry.checkpoint_id) not in logged:
+            per.setdefault(entry.thread_id, []).append((name, entry))
+    return per
+
+
+def all_infos(cp: FileCheckpointer) -> list[CheckpointInfo]:
+    out: list[CheckpointInfo] = []
+    for directory in _thread_dirs(cp):
+        for entries in _dir_infos(cp, directory).values():
+            out.extend(info for _, info in entries)
+    return out
+
+
+# -- copy -------------------------------------------------------------------------------------
+def copy_sync(cp: FileCheckpointer, source: str, dest: str) -> bool:
+    src_dir = cp.thread_dir(source)
+    dst_dir = cp.thread_dir(dest)
+    infos = cp._infos(source, src_dir)
+    if not infos:
+        raise CheckpointNotFound("source thread has no checkpoints", thread_id=source)
+    with cp._locked(dst_dir, create=True):
+        if cp._infos(dest, dst_dir):
+            raise CheckpointConflict("destination thread already has checkpoints; delete it first", thread_id=dest)
+        taken = set(cp._scan(dst_dir))
+        shared = src_dir == dst_dir  # ids that sanitise alike: every checkpoint gets a fresh id
+        renamed = {
+            i.checkpoint_id: new_checkpoint_id() for _, i in infos if shared or mirror_name(i.checkpoint_id) in taken
+        }
+        if cp.layout == "delta" and any(n is None for n, _ in infos):
+            cp._logs.add_dependent(src_dir, cp._logs.ref(dst_dir, dest))
+        for name, info in reversed(infos):  # oldest first
+            cid = renamed.get(info.checkpoint_id, info.checkpoint_id)
+            meta = dict(info.metadata)
+            parent = meta.get(PARENT_KEY)
+            if isinstance(parent, str) and parent in renamed:
+                meta[PARENT_KEY] = renamed[parent]
+            meta["copied_from"] = {"thread_id": source, "checkpoint_id": info.checkpoint_id}
+            if name is None:
+                _copy_logged(cp, src_dir, source, dst_dir, dest, info, cid, meta)
+            else:
+                _copy_envelope(cp, src_dir / name, source, dst_dir, dest, info, cid, meta)
+        if cp.layout == "delta":
+            cp._sync_mirror(dst_dir, dest)
+    return True
+
+
+def _copy_logged(
+    cp: FileCheckpointer,
+    src_dir: Path,
+    source: str,
+    dst_dir: Path,
+    dest: str,
+    info: CheckpointInfo,
+    cid: str,
+    meta: dict[str, Any],
+) -> None:
+    """One checkpoint of the source's log: a fork record (delta layout) or an envelope."""
+    parent = meta.get(PARENT_KEY)
+    if cp.layout == "delta":
+        base = ForeignBase(cp._logs.ref(src_dir, source), info.checkpoint_id)
+        log = cp._logs.create(dst_dir, dest)
+        log.append_fork(cid, info.created_at, base, meta, parent if isinstance(parent, str) else None)
+        return
+    src_log = cp._logs.get(src_dir, source)
+    if src_log is None:
+        raise CheckpointNotFound("source log vanished", thread_id=source)
+    ck = load_from(src_log, source, info.checkpoint_id)
+    cp._write_envelope(dst_dir, Checkpoint(cid, dest, info.created_at, ck.state, meta, ck.extra))
+
+
+def _copy_envelope(
+    cp: FileCheckpointer,
+    path: Path,
+    source: str,
+    dst_dir: Path,
+    dest: str,
+    info: CheckpointInfo,
+    cid: str,
+    meta: dict[str, Any],
+) -> None:
+    if cp.layout == "delta":
+        ck = cp._read_checkpoint(path, source)
+        copy = Checkpoint(cid, dest, ck.created_at, ck.state, meta, ck.extra)
+        cp._logs.append(cp._logs.create(dst_dir, dest), copy)
+        return
+    try:
+        raw = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise CheckpointCorrupt(f"cannot copy: {e}", thread_id=source, path=str(path)) from e
+    raw.update(checkpoint_id=cid, thread_id=dest, metadata=meta)
+    ordered = {"checkpoint_id": cid, "thread_id": dest, "created_at": raw["created_at"], "metadata": meta}
+    ordered.update((k, v) for k, v in raw.items() if k not in ordered)
+    out = dst_dir / mirror_name(cid)
+    cp._write_atomic(out, orjson.dumps(ordered, option=orjson.OPT_NON_STR_KEYS))
+    cp._record_write(out, CheckpointInfo(cid, dest, info.created_at, meta))
+
+
+# -- vacuum -----------------------------------------------------------------------------------
+def vacuum_sync(cp: FileCheckpointer, older_than_days: float) -> int:
+    cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
+    removed = 0
+    for directory in _thread_dirs(cp):
+        with cp._locked(directory, create=False):
+            per = _dir_infos(cp, directory)
+        for thread_id, entries in per.items():
+            old = {i.checkpoint_id for _, i in entries if i.created_at < cutoff}
+            if old:
+                _relink(cp, directory, thread_id, [i for _, i in entries], old)
+                removed += delete_sync(cp, thread_id, old)
+    return removed
+
+
+def _relink(
+    cp: FileCheckpointer, directory: Path, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]
+) -> None:
+    """Before ``dropped`` go: re-link each survivor whose parent is dropped (see retention)."""
+    changes = relink(infos, dropped)
+    if not changes:
+        return
+    with cp._locked(directory, create=False):
+        for cid, meta in changes.items():
+            ckpt = cp._load_by_id(directory, thread_id, cid)
+            cp._put_locked(directory, Checkpoint(cid, thread_id, ckpt.created_at, ckpt.state, meta, ckpt.extra))
+
+
+def _logs_in(directory: Path) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(directory) if n == LOG_NAME or n.startswith(LOG_NAME + "-"))
+    except FileNotFoundError:
+        return []
