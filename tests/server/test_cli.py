@@ -49,7 +49,7 @@ def store(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    "command", ["serve", "threads", "threads ls", "threads show", "diff", "verify", "prune", "lab"]
+    "command", ["serve", "threads", "threads ls", "threads show", "diff", "verify", "prune", "convert", "lab"]
 )
 def test_help(command: str) -> None:
     r = cli(*command.split(), "--help")
