@@ -13,9 +13,9 @@ import pytest
 from tests.conftest import ROOT
 from tulip_nb.agent import Agent
 from tulip_nb.core.errors import CheckpointCorrupt
-from tulip_nb.memory.backends import _file_convert
-from tulip_nb.memory.backends._file_convert import convert_thread
+from tulip_nb.memory.backends import file_convert as _file_convert
 from tulip_nb.memory.backends.file import FileCheckpointer
+from tulip_nb.memory.backends.file_convert import convert_thread
 from tulip_nb.memory.integrity import verify_thread
 from tulip_nb.models import ScriptedModel, text, tool_call
 

@@ -3,7 +3,7 @@
 ``delta`` is FileCheckpointer's default (an append-only log per thread plus one tulip envelope,
 the latest turn end); ``tulip`` is tulip's own (one envelope per checkpoint, every checkpoint
 visible to tulip). Every checkpoint is read back and compared before its old copy goes; a
-conversion that stops midway can be run again (:mod:`tulip_nb.memory.backends._file_convert`)::
+conversion that stops midway can be run again (:mod:`tulip_nb.memory.backends.file_convert`)::
 
     tulip-nb convert ./threads ticket-8912-refund --to tulip
 """
@@ -27,8 +27,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tulip_nb.core.errors import CheckpointNotFound, UserError
-    from tulip_nb.memory.backends._file_convert import convert_thread
     from tulip_nb.memory.backends.file import FileCheckpointer
+    from tulip_nb.memory.backends.file_convert import convert_thread
 
     path = args.path[len("file:") :] if args.path.startswith("file:") else args.path
     base = Path(path.removeprefix("//"))

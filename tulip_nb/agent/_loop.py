@@ -45,7 +45,7 @@ from tulip_nb.agent.events import (
 )
 from tulip_nb.agent.result import PendingInterrupt, Step, StopReason
 from tulip_nb.core import utcnow
-from tulip_nb.core.keys import STATE_KEY
+from tulip_nb.core.keys import ITERATION_KEY, RUN_ID_KEY, SOURCE_KEY, STATE_KEY
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState, ReasoningStep, ToolExecution
 from tulip_nb.memory.checkpointer import new_checkpoint_id
@@ -119,7 +119,7 @@ class TurnRunner:
         cid = new_checkpoint_id()
         if kind == "iteration":
             state.metadata[ITER_KEY] = [*state.metadata.get(ITER_KEY, []), cid]
-        meta = {"source": kind, "run_id": state.run_id, "iteration": state.iteration}
+        meta = {SOURCE_KEY: kind, RUN_ID_KEY: state.run_id, ITERATION_KEY: state.iteration}
         expected = (self.parent or "") if self.agent.strict_concurrency else None
         cid = await cp.save(state, self.thread_id, cid, meta, expected_parent=expected)
         self.checkpoint_id = self.parent = cid

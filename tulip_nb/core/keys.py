@@ -15,6 +15,9 @@ live; the modules that write or read a key import it from here.
 **Save metadata** (``CheckpointInfo.metadata``, next to the state; listings read it):
 
 - :data:`PARENT_KEY`, :data:`FORKED_FROM_KEY`, :data:`SOURCE_KEY` -- lineage, as tulip records it;
+- :data:`RUN_ID_KEY`, :data:`ITERATION_KEY` -- the run and the iteration an agent save belongs to;
+- :data:`COPIED_FROM_KEY` -- a copied checkpoint's original thread and id (``copy_thread``);
+- :data:`REPLAY_STEP_KEY` -- a replay branch's first checkpoint: the replayed step it left at;
 - :data:`FORK_INDEX_KEY` -- a branch's first checkpoint: the source message index it was cut at;
 - :data:`HASH_KEY`, :data:`PARENT_HASH_KEY`, :data:`ALG_KEY` -- the integrity chain
   (``tulip_nb.memory.integrity``);
@@ -49,19 +52,23 @@ from __future__ import annotations
 __all__ = [
     "ALG_KEY",
     "CLEARED_KEY",
+    "COPIED_FROM_KEY",
     "EVENTS_KEY",
     "FORKED_FROM_KEY",
     "FORK_INDEX_KEY",
     "HASH_KEY",
+    "ITERATION_KEY",
     "ITER_KEY",
     "MEMORY_EVENTS_KEY",
     "MEMORY_MARK",
     "MESSAGES_KEY",
     "MIRROR_KEY",
     "PARENT_HASH_KEY",
-    "PRUNED_KEY",
     "PARENT_KEY",
     "POSITION_KEY",
+    "PRUNED_KEY",
+    "REPLAY_STEP_KEY",
+    "RUN_ID_KEY",
     "RUN_KEY",
     "SOURCE_KEY",
     "STATE_KEY",
@@ -107,7 +114,24 @@ FORKED_FROM_KEY = "forked_from"
 """Save-metadata key of a fork's first checkpoint: the thread it was forked from (as tulip)."""
 
 SOURCE_KEY = "source"
-"""Save-metadata key: what made the save (``"input"``, ``"loop"``, ``"fork"``, ``"update"``, ...)."""
+"""Save-metadata key: what made the save. The agent writes ``"iteration"`` (a mid-turn save),
+``"final"``, ``"error"``, ``"stopped"`` and ``"interrupt"`` (turn ends), ``"fork"`` and ``"update"``;
+the lab ``"sweep"`` and ``"replay"``. Retention and the file store's tulip envelope tell mid-turn
+saves from turn ends by it."""
+
+RUN_ID_KEY = "run_id"
+"""Save-metadata key of an agent save: the run (``AgentState.run_id``) it belongs to."""
+
+ITERATION_KEY = "iteration"
+"""Save-metadata key of an agent save: ``AgentState.iteration`` when it was saved (so a listing
+knows it without loading the state)."""
+
+COPIED_FROM_KEY = "copied_from"
+"""Save-metadata key ``copy_thread`` writes on each copy: ``{"thread_id", "checkpoint_id"}`` of the
+original. Not hashed (a copy keeps verifying); tulip ignores it."""
+
+REPLAY_STEP_KEY = "replay_step"
+"""Save-metadata key of a replay branch's first checkpoint (``Replay.go_live``): the step it left at."""
 
 FORK_INDEX_KEY = "fork_message_index"
 """Save-metadata key of a branch's first checkpoint: the source message index it was cut at."""

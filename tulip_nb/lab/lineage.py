@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.errors import CapabilityNotSupported, TulipNBError
+from tulip_nb.core.keys import COPIED_FROM_KEY
 
 if TYPE_CHECKING:
     from tulip_nb.memory.checkpointer import BaseCheckpointer, CheckpointInfo
@@ -30,7 +31,7 @@ def origin(infos: list[CheckpointInfo]) -> tuple[str, str | None, str] | None:
     if isinstance(src, str):
         parent = meta.get("parent_checkpoint_id")
         return src, parent if isinstance(parent, str) else None, "parent"
-    copied = meta.get("copied_from")
+    copied = meta.get(COPIED_FROM_KEY)
     if isinstance(copied, dict) and isinstance(copied.get("thread_id"), str):
         cid = copied.get("checkpoint_id")
         return copied["thread_id"], cid if isinstance(cid, str) else None, "copied_from"

@@ -39,6 +39,7 @@ from tulip_nb.agent.result import AgentResult, Step
 from tulip_nb.agent.turns import RUN_KEY, TurnRunner, canonical_args, snapshot, start_turn
 from tulip_nb.core.calls import CallRef, answered_by, last_model_call, model_calls, unanswered_calls
 from tulip_nb.core.errors import UserError
+from tulip_nb.core.keys import REPLAY_STEP_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import Edit, apply_edit, call_text, message_key
@@ -343,7 +344,7 @@ class Replay:
             new_thread_id=new_thread_id,
             index=len(msgs) - 1,
             source="replay",
-            extra={"replay_step": k},
+            extra={REPLAY_STEP_KEY: k},
         )
         live_model = model if model is not None else (self.base.model if self.base is not None else None)
         if live_model is None:

@@ -35,6 +35,7 @@ from tulip_nb._deps import require
 from tulip_nb._sync import run_sync, sync_twin
 from tulip_nb.core.calls import model_call_count, model_calls
 from tulip_nb.core.errors import CheckpointNotFound, UserError
+from tulip_nb.core.keys import ITERATION_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import call_text, esc, message_key, short
@@ -260,7 +261,7 @@ class Thread:
         rows = []
         for info in oldest_first:
             meta = info.metadata
-            n, iteration = lens.get(info.checkpoint_id), meta.get("iteration")
+            n, iteration = lens.get(info.checkpoint_id), meta.get(ITERATION_KEY)
             if n is not None and isinstance(iteration, int) and not isinstance(iteration, bool):
                 tokens = cum[n]
             else:  # the header cannot say: load this one

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core.keys import ALG_KEY, HASH_KEY, PARENT_HASH_KEY, PARENT_KEY, PRUNED_KEY
+from tulip_nb.core.keys import ALG_KEY, COPIED_FROM_KEY, HASH_KEY, PARENT_HASH_KEY, PARENT_KEY, PRUNED_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, MessageBlobCache, messages_digest
 
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 ALG = "sha256-chain/1"
-UNHASHED_KEYS = frozenset((HASH_KEY, PARENT_HASH_KEY, ALG_KEY, PARENT_KEY, PRUNED_KEY, "copied_from"))
+UNHASHED_KEYS = frozenset((HASH_KEY, PARENT_HASH_KEY, ALG_KEY, PARENT_KEY, PRUNED_KEY, COPIED_FROM_KEY))
 _TAG = b"tulip_nb checkpoint sha256-chain/1\n"
 _EXCLUDE_MESSAGES = {"messages"}
 
