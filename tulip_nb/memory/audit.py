@@ -2,11 +2,12 @@
 
 Checkpoints are the agent's working memory: mutable JSON that anything with write access can edit.
 An audit trail is the opposite: every decision (a tool call with its arguments and result, an
-interrupt and the human's answer, a checkpoint saved with its ``tulip_nb_hash``) is appended as one
+interrupt and the human's answer, a checkpoint saved: its id, kind and iteration) is appended as one
 entry whose ``hash`` covers the entry and the previous entry's hash. Editing, removing or
 re-ordering any entry breaks the chain at that entry, and :meth:`AuditTrail.verify` says which.
-It is verified on its own, independently of the checkpoints (it also anchors their hash chain:
-the ``checkpoint`` entries record each save's hash).
+It is verified on its own, independently of the checkpoints. The ``checkpoint`` entries name each
+save but do not carry its ``tulip_nb_hash``; to anchor a thread's hash chain, record the latest's
+hash yourself (``await trail.record("anchor", tid, {"hash": (await cp.get_metadata(tid))["tulip_nb_hash"]})``).
 
 Attach it to an agent as a hook; it writes JSON lines to a file, or entries to any
 :class:`~tulip_nb.memory.store.BaseStore`::

@@ -25,23 +25,30 @@ thread_id=thread_id)`` where you pick the parent (unsigned checkpoints verify as
 
     class DictCheckpointer(BaseCheckpointer):
         def __init__(self):
-            self.data = {}
+            self.data = {}  # thread id -> {checkpoint id: state}, oldest first
 
         async def save(self, state, thread_id, checkpoint_id=None, metadata=None, **kw):
+            validate_thread_id(thread_id)
             cid = checkpoint_id or new_checkpoint_id()
-            self.data.setdefault(thread_id, []).insert(0, (cid, state.model_copy(deep=True)))
+            thread = self.data.setdefault(thread_id, {})
+            thread.pop(cid, None)  # saving an id again replaces it (and makes it the newest)
+            thread[cid] = state.model_copy(deep=True)
             return cid
 
         async def load(self, thread_id, checkpoint_id=None):
-            for cid, state in self.data.get(thread_id, []):
-                if checkpoint_id in (None, cid):
-                    return state.model_copy(deep=True)
-            return None
+            thread = self.data.get(validate_thread_id(thread_id), {})
+            if checkpoint_id is None:
+                return next(reversed(thread.values())).model_copy(deep=True) if thread else None
+            if checkpoint_id not in thread:
+                raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
+            return thread[checkpoint_id].model_copy(deep=True)
 
         async def list_checkpoints(self, thread_id, limit=10):
-            return [cid for cid, _ in self.data.get(thread_id, [])][:limit]
+            ids = list(reversed(self.data.get(validate_thread_id(thread_id), {})))
+            return ids if limit is None else ids[:limit]
 
-Then run the shipped conformance suite on it (:mod:`tulip_nb.testing`, ``CheckpointerSuite``):
+(``docs/own-backend.md`` has it complete, with ``delete`` and the suite run on it.) Then run the
+shipped conformance suite on it (:mod:`tulip_nb.testing`, ``CheckpointerSuite``):
 the same checks every built-in backend passes, including re-reading the store through a fresh
 instance after every write. The built-in backends share one more internal base
 (``tulip_nb.memory.backends._base``) that derives ``load``, ``list_checkpoints``, ``exists``,
@@ -241,7 +248,7 @@ ADDED_KEYS = frozenset((MESSAGES_KEY, HASH_KEY, PARENT_HASH_KEY, ALG_KEY))
 def caller_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     """The save metadata without :data:`ADDED_KEYS`: what the caller and the lineage put there.
 
-    >>> caller_metadata({"k": 1, "parent_checkpoint_id": None, "tulip_nb_messages": [2, "ab"]})
+    >>> caller_metadata({"k": 1, "parent_checkpoint_id": None, "tulip_nb_messages": {"n": 2, "sha": "ab"}})
     {'k': 1, 'parent_checkpoint_id': None}
     """
     return {k: v for k, v in (metadata or {}).items() if k not in ADDED_KEYS}

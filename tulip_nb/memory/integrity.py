@@ -36,7 +36,7 @@ parent a prune or vacuum removed carries a record of the cut (``tulip_nb_pruned`
 
 The hashes protect against edits by anything that does not recompute them (a bug, a tool, a hand
 edit, a partial restore); someone rewriting a whole thread can recompute the chain, so anchor the
-latest hash elsewhere (an :class:`~tulip_nb.memory.audit.AuditTrail` records it) when that matters.
+latest hash elsewhere (an :class:`~tulip_nb.memory.audit.AuditTrail` entry, say) when that matters.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ ids (``/``, ``:``, ``#``, ``..``, unicode), compare-and-swap under races, concur
 capabilities, verbatim imports, and that a *fresh instance* on the same store (a new process)
 sees every write: same latest, same listing, same metadata.
 
-To run it on a checkpointer of your own (see "Building your own" in the checkpointer docs),
+To run it on a checkpointer of your own (``docs/own-backend.md`` walks through one),
 write a factory that makes one fresh store per test and yields an *opener*, which opens a new
 instance on that store; then subclass the suite in a ``test_*.py`` file (pytest-asyncio runs it)::
 

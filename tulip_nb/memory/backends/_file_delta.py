@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tulip_nb.core.errors import CheckpointNotFound
+from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound
 from tulip_nb.core.keys import FORKED_FROM_KEY, PARENT_KEY, SOURCE_KEY
 from tulip_nb.memory.backends._delta_log import AUTO, LOG_NAME, DeltaLog, ForeignBase, Header
 from tulip_nb.memory.backends._file_index import safe_name, unavailable
@@ -133,10 +133,10 @@ class DeltaLogs:
         """The log a :class:`ForeignBase` names (``"<dir>/<log name>"`` under ``base_dir``)."""
         name, _, log = ref.partition("/")
         if not name or not log or "/" in log or name in (".", "..") or not log.startswith(LOG_NAME):
-            raise CheckpointNotFound(f"not a thread log reference: {ref!r}")
+            raise CheckpointCorrupt(f"not a thread log reference: {ref!r}")
         path = self.base_dir / name / log
-        if not path.exists():
-            raise CheckpointNotFound("the log a fork's base lives in is gone", path=str(path))
+        if not path.exists():  # never a missing checkpoint: the fork's own record cannot be read
+            raise CheckpointCorrupt("the log a fork's base lives in is gone", path=str(path))
         return self._open(path, None)
 
     def ref(self, directory: Path, thread_id: str) -> str:
@@ -194,23 +194,57 @@ class DeltaLogs:
             raise unavailable(e, source_dir / FORKS_NAME) from e
         return list(dict.fromkeys(line for line in text.splitlines() if line))
 
-    def release_dependents(self, source_dir: Path, locked: Any) -> None:
+    def release_dependents(self, source_dir: Path, locked: Any, *, going: Path | None = None) -> None:
         """Rewrite every log that uses a base in ``source_dir`` so it stands alone.
 
-        ``locked(directory)`` is the store's per-directory lock (a context manager).
+        ``locked(directory)`` is the store's per-directory lock (a context manager); the caller
+        holds ``source_dir``'s, so a dependent in that directory (a thread whose id sanitises like
+        the source's) is rewritten under it. ``going``: the log about to be deleted (not rewritten).
         """
         prefix = source_dir.name + "/"
         for ref in self.dependents(source_dir):
             name, _, log_file = ref.partition("/")
             directory = self.base_dir / name
-            if directory == source_dir or not (directory / log_file).exists():
+            path = directory / log_file
+            if path == going or not path.exists():
                 continue
-            with locked(directory):
-                log = self._open(directory / log_file, None)
+            with contextlib.nullcontext() if directory == source_dir else locked(directory):
+                log = self._open(path, None)
                 if any(b.thread.startswith(prefix) for b in log.foreign_bases()):
                     log.materialise_foreign_bases()
         with contextlib.suppress(FileNotFoundError):
             (source_dir / FORKS_NAME).unlink()
+
+    def used_by_others(self, directory: Path, log: DeltaLog) -> set[str]:
+        """The ids of ``log`` that other logs' forks and copies use as bases (from ``.tulip_nb_forks``)."""
+        me = f"{directory.name}/{log.path.name}"
+        used: set[str] = set()
+        for ref in self.dependents(directory):
+            name, _, log_file = ref.partition("/")
+            path = self.base_dir / name / log_file
+            if path == log.path or not path.exists():
+                continue
+            used.update(b.checkpoint_id for b in self._open(path, None).foreign_bases() if b.thread == me)
+        return used
+
+    COMPACT_MIN_BYTES = 1 << 20
+    """:meth:`maybe_compact` rewrites a log only when it reclaims at least this much and half the file."""
+
+    def maybe_compact(self, directory: Path, log: DeltaLog) -> bool:
+        """Compact ``log`` (under its thread's lock) when what it would reclaim is worth a rewrite.
+
+        What it reclaims is the dead bytes less the records other logs still use as bases (kept
+        by the rewrite, so they never trigger one again). Whether it compacted.
+        """
+        dead = log.dead_bytes
+        if dead < self.COMPACT_MIN_BYTES or 2 * dead <= log.file_bytes:
+            return False  # cheap test first: no need to read the forks of the thread
+        keep = self.used_by_others(directory, log)
+        gain = log.reclaimable_bytes(keep)
+        if gain < self.COMPACT_MIN_BYTES or 2 * gain <= log.file_bytes:
+            return False
+        log.compact(keep_bases=keep)
+        return True
 
     # -- writes -----------------------------------------------------------------------------------
     def append(
@@ -227,6 +261,7 @@ class DeltaLogs:
             checkpoint.metadata,
             _parent(checkpoint.metadata),
             base=base,
+            extra=checkpoint.extra,
         )
 
 
@@ -250,4 +285,4 @@ def has(log: DeltaLog, checkpoint_id: str) -> bool:
 
 def load_from(log: DeltaLog, thread_id: str, checkpoint_id: str) -> Checkpoint:
     state, header = log.load(checkpoint_id)
-    return Checkpoint(checkpoint_id, thread_id, header.created_at, state, dict(header.metadata))
+    return Checkpoint(checkpoint_id, thread_id, header.created_at, state, dict(header.metadata), dict(header.extra))

@@ -51,7 +51,7 @@ def delete_sync(cp: FileCheckpointer, thread_id: str, checkpoint_ids: set[str] |
         whole_log = log is not None and len(logged) == sum(1 for n, _ in infos if n is None)
         if log is not None and logged:
             if whole_log:  # the log goes: the forks built on it must stand alone first
-                cp._logs.release_dependents(directory, functools.partial(_lock_dir, cp))
+                cp._logs.release_dependents(directory, functools.partial(_lock_dir, cp), going=log.path)
             cp._sync_mirror(directory, thread_id, dropping=logged)
         for name, _info in going:
             if name is not None and cp._unlink(directory / name):
@@ -65,6 +65,7 @@ def delete_sync(cp: FileCheckpointer, thread_id: str, checkpoint_ids: set[str] |
                     log.path.unlink()
             else:
                 log.prune(logged)
+                cp._logs.maybe_compact(directory, log)
             removed += len(logged)
         empty = not cp._scan(directory) and not _logs_in(directory)
     if empty:

@@ -447,7 +447,9 @@ class KVStore(ABC):
         Threads in tulip's layout lose their checkpoints older than the cutoff, with the index and
         ``:latest`` kept consistent (a thread with none left disappears); other rows go when they
         were last written before the cutoff (stores that keep write times: the SQL tables and
-        OpenSearch; Redis expires keys with TTLs instead).
+        OpenSearch; Redis expires keys with TTLs instead). This is the raw backend's vacuum: it
+        deletes rows only, so a surviving checkpoint whose parent went verifies as
+        ``broken_chain``; the checkpointer's (``StorageBackendAdapter.vacuum``) re-links survivors.
         """
         cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
         removed = 0

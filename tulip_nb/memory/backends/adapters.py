@@ -27,7 +27,8 @@ backend), in the same layout::
 
 Such a backend has no transactions, so the adapter serialises each thread's read-modify-write in
 this process (a lock per thread and event loop): saves never drop index entries and
-``expected_parent=`` is a compare-and-swap among this process's writers, not across processes.
+``expected_parent=`` is a compare-and-swap among the writers on one event loop of this process (the
+locks are per loop), not across loops or processes.
 ``list_threads`` / ``list_with_metadata`` / ``vacuum`` are offered when the backend has a
 ``list_threads()`` (raw keys) to enumerate with; ``search`` and metadata queries are not. tulip_nb's
 own backends run each save as one server-side transaction instead.

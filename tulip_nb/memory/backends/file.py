@@ -390,9 +390,11 @@ class FileCheckpointer(InTreeCheckpointer):
             (h for h in reversed(log.headers()) if h.checkpoint_id not in dropping and is_turn_end(h.metadata)), None
         )
         mirrors = self._mirrors(directory, thread_id)
-        if want is not None and mirror_name(want.checkpoint_id) not in mirrors:
-            if have is not None and have.checkpoint_id == want.checkpoint_id:
-                ckpt = Checkpoint(have.checkpoint_id, thread_id, want.created_at, have.state, dict(want.metadata))
+        rewritten = have is not None and want is not None and have.checkpoint_id == want.checkpoint_id
+        if want is not None and (rewritten or mirror_name(want.checkpoint_id) not in mirrors):
+            if have is not None and rewritten:  # a checkpoint written again: its envelope follows
+                meta, extra = dict(want.metadata), dict(have.extra)
+                ckpt = Checkpoint(have.checkpoint_id, thread_id, want.created_at, have.state, meta, extra)
             else:
                 ckpt = load_from(log, thread_id, want.checkpoint_id)
             self._write_envelope(directory, ckpt, mirror_of=log.path.name)
