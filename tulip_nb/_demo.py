@@ -101,15 +101,17 @@ def show(base_dir: Path) -> None:
             print(f"  [{m.role}] calls {body}")
         else:
             print(f"  [{m.role}] {m.content}")
-    print(f"\nCheckpoint files under {base_dir}/ (newest first):")
-    directory = cp.thread_dir(THREAD)
+    print(f"\nCheckpoints of {THREAD!r} (newest first):")
     for info in asyncio.run(cp.list_checkpoint_infos(THREAD)):
-        path = directory / f"{info.checkpoint_id}.json"
-        size = path.stat().st_size if path.exists() else 0
-        print(
-            f"  {path.relative_to(base_dir.resolve())}  {size:>6} bytes  {info.created_at:%H:%M:%S}  "
-            f"parent={info.parent_checkpoint_id}"
-        )
+        source = info.metadata.get("source", "")
+        print(f"  {info.checkpoint_id}  {info.created_at:%H:%M:%S}  {source:<9}  parent={info.parent_checkpoint_id}")
+    directory = cp.thread_dir(THREAD)
+    print(
+        f"\nOn disk under {base_dir}/ (the log holds every checkpoint; the .json is tulip's copy of the latest turn):"
+    )
+    for path in sorted(directory.iterdir()):
+        if path.name.endswith(".json") or path.name.startswith(".tulip_nb_log"):
+            print(f"  {path.relative_to(base_dir.resolve())}  {path.stat().st_size:>6} bytes")
 
 
 def main(argv: list[str]) -> int:
