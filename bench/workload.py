@@ -30,6 +30,7 @@ __all__ = [
     "build_state",
     "conversation_stats",
     "iteration_ends",
+    "save_sources",
     "to_tulip_messages",
     "to_tulip_state",
 ]
@@ -323,6 +324,16 @@ def iteration_ends(messages: list[Message]) -> list[int]:
     if messages and messages[-1].role in ("assistant", "tool"):
         ends.append(len(messages))
     return ends
+
+
+def save_sources(messages: list[Message], ends: list[int] | None = None) -> list[str]:
+    """The ``source`` an agent gives each save point of :func:`iteration_ends` (or of ``ends``).
+
+    ``"final"`` at the end of a user turn (a save point followed by a user message, or the last
+    one), ``"iteration"`` for a save inside a turn, as the agent's loop saves them.
+    """
+    ends = iteration_ends(messages) if ends is None else ends
+    return ["final" if end >= len(messages) or messages[end].role == "user" else "iteration" for end in ends]
 
 
 # -- the peer: tulip-agents' own objects ----------------------------------------------------------
