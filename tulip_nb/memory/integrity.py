@@ -48,6 +48,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from tulip_nb.core.keys import PRUNED_KEY
+from tulip_nb.core.state import MessageBlobCache
 from tulip_nb.memory._signing import (
     ALG,
     ALG_KEY,
@@ -183,6 +184,7 @@ async def verify_thread(
     # memory and time stay linear in the thread's length (no state is held after its hash).
     content: dict[str, CheckpointVerdict | None] = {}
     metas: dict[str, Mapping[str, Any]] = {}
+    digests = MessageBlobCache(capacity=1)  # consecutive checkpoints extend each other: hash the new messages only
     for info in infos:
         cid = info.checkpoint_id
         try:
@@ -194,7 +196,7 @@ async def verify_thread(
             content[cid] = CheckpointVerdict(cid, "unreadable", "listed but missing", info.created_at)
             continue
         metas[cid] = ckpt.metadata or info.metadata
-        content[cid] = _content_verdict(info, ckpt, metas[cid])
+        content[cid] = _content_verdict(info, ckpt, metas[cid], digests.digest(thread_id, ckpt.state.messages))
     # Pass 2 checks the links, from the metadata alone.
     verdicts: list[CheckpointVerdict] = []
     complete = len(infos) < limit
@@ -239,8 +241,14 @@ def _pruned_verdict(
     return CheckpointVerdict(cid, "ok", f"{dropped} checkpoints pruned before it", when)
 
 
-def _content_verdict(info: CheckpointInfo, ckpt: Checkpoint, meta: Mapping[str, Any]) -> CheckpointVerdict | None:
-    """The verdict on the checkpoint's own content, or None when it matches its hash."""
+def _content_verdict(
+    info: CheckpointInfo, ckpt: Checkpoint, meta: Mapping[str, Any], messages_sha: bytes
+) -> CheckpointVerdict | None:
+    """The verdict on the checkpoint's own content, or None when it matches its hash.
+
+    ``messages_sha`` is :func:`~tulip_nb.core.state.messages_digest` of its messages (computed
+    incrementally by the caller; the same value, from scratch, as :func:`recompute_hash` uses).
+    """
     cid, when = info.checkpoint_id, info.created_at
     stored = meta.get(HASH_KEY)
     if stored is None:
@@ -250,7 +258,10 @@ def _content_verdict(info: CheckpointInfo, ckpt: Checkpoint, meta: Mapping[str, 
     listed = info.metadata.get(HASH_KEY)
     if listed is not None and listed != stored:
         return CheckpointVerdict(cid, "mismatch", "the listing's hash differs from the record's", when)
-    actual = recompute_hash((ckpt.state, meta))
+    parent_hash = meta.get(PARENT_HASH_KEY)
+    actual = checkpoint_hash(
+        ckpt.state, meta, parent_hash if isinstance(parent_hash, str) else None, messages_sha=messages_sha
+    )
     if actual != stored:
         return CheckpointVerdict(cid, "mismatch", f"content hashes to {actual}, stored {stored}", when)
     return None
