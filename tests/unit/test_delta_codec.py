@@ -191,3 +191,53 @@ def test_scan_records_holds_back_a_torn_last_record() -> None:
     assert [type(i).__name__ for i in items] == ["Frame", "Frame", "Gap", "Frame", "Frame"]
     assert items[-1].end == len(junk) and all(a.end == b.offset for a, b in itertools.pairwise(items))
     assert not any(isinstance(i, Gap) and i.offset != len(record) for i in items)
+
+
+nested = st.recursive(
+    json_scalar,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from("abcdef"), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@st.composite
+def edited(draw: Any, value: Any, depth: int = 0) -> Any:
+    """``value`` edited the way a state changes: lists grow or change, keys come, go, reorder."""
+    if isinstance(value, dict) and depth < 4:
+        out = {k: draw(edited(v, depth + 1)) if draw(st.booleans()) else v for k, v in value.items()}
+        for k in draw(st.lists(st.sampled_from("abcdefgh"), max_size=2)):
+            out[k] = draw(nested)
+        if out and draw(st.booleans()):
+            out.pop(draw(st.sampled_from(sorted(out))))
+        if draw(st.booleans()):
+            out = dict(reversed(list(out.items())))
+        return out
+    if isinstance(value, list) and draw(st.booleans()):
+        return value + draw(st.lists(nested, max_size=3))
+    return draw(nested) if draw(st.booleans()) else value
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), meta=st.dictionaries(st.sampled_from("abcdef"), nested, max_size=5))
+def test_nested_objects_are_patched_key_by_key_and_come_back_byte_for_byte(data: Any, meta: dict[str, Any]) -> None:
+    msgs = (message(0, 0),)
+    changed = data.draw(edited(meta))
+    base = Content(msgs, {"metadata": orjson.dumps(meta), "iteration": b"1"}, 0)
+    target = Content(msgs, {"metadata": orjson.dumps(changed), "iteration": b"2"}, 0)
+    roundtrip(base, target)
+
+
+def test_a_growing_list_inside_metadata_costs_its_new_items() -> None:
+    events = [{"call": i, "tokens_before": 1000 + i, "trigger": "x" * 200} for i in range(300)]
+    state = AgentState(
+        messages=[message(0, 0)], metadata={"tulip_nb_compaction_events": events, "m": {"plan": [1] * 50}}
+    )
+    base, _ = content_of_state(state, None)
+    state.metadata = {
+        "tulip_nb_compaction_events": [*events, {"call": 300, "tokens_before": 1300, "trigger": "y"}],
+        "m": {"plan": [1] * 51},
+    }
+    target, keep = content_of_state(state, base)
+    body = encode_delta(base, target, keep)
+    assert len(body) < 300 < len(target.fields["metadata"]) // 100
+    assert state_of(apply_delta(base, body), where="test") == state

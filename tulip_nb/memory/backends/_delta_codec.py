@@ -14,7 +14,8 @@ A checkpoint's content is its messages plus the JSON of every other :class:`Agen
       u32 len(M) | M | R
       M = JSON array of the messages after the first ``keep`` ones shared with the base
       R = {"keep": k, "set": {field: value}, "append": {field: [items]}, "drop": [field],
-           "order": [field]}
+           "order": [field], "patch": {field: {"set", "append", "drop", "order"}}}
+      (``patch``: an object field such as ``metadata`` changed key by key)
 
   ``set`` holds the full value of each field that changed; ``append`` the items added to a list
   field that grew by appending (``tool_executions``, ``reasoning_steps``, ``errors``, ...);
@@ -35,7 +36,7 @@ from __future__ import annotations
 import functools
 import operator
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -221,35 +222,80 @@ def encode_delta(base: Content, target: Content, keep: int | None = None) -> byt
         keep = common_prefix(base.messages, target.messages)
     msgs = b"[" + b",".join([m.json_bytes() for m in target.messages[keep:]]) + b"]"
     parts = [b'{"keep":' + str(keep).encode()]
-    sets: list[bytes] = []
-    appends: list[bytes] = []
-    old = base.fields
-    for name, value in target.fields.items():
-        was = old.get(name)
-        if was == value:
-            continue
-        if (
-            was is not None
-            and len(was) > 2
-            and was[0:1] == b"["
-            and len(value) > len(was)
-            and value[len(was) - 1] == 0x2C  # ","
-            and value.startswith(was[:-1])
-        ):
-            appends.append(_key(name) + b":[" + value[len(was) :])
-        else:
-            sets.append(_key(name) + b":" + value)
+    sets, appends, patches = _field_ops(base.fields, target.fields, nest=_NEST)
     if sets:
         parts.append(b'"set":{' + b",".join(sets) + b"}")
     if appends:
         parts.append(b'"append":{' + b",".join(appends) + b"}")
-    dropped = [k for k in old if k not in target.fields]
+    if patches:
+        parts.append(b'"patch":{' + b",".join(patches) + b"}")
+    parts += _drop_and_order(base.fields, target.fields)
+    return _U32.pack(len(msgs)) + msgs + b",".join(parts) + b"}"
+
+
+def _appended(was: bytes, value: bytes) -> bool:
+    """Whether the JSON array ``value`` is the JSON array ``was`` with items added at the end."""
+    return (
+        len(was) > 2
+        and was[0:1] == b"["
+        and len(value) > len(was)
+        and value[len(was) - 1] == 0x2C  # ","
+        and value.startswith(was[:-1])
+    )
+
+
+_NEST = 3
+"""How deep objects are patched key by key (``metadata`` -> the manager's state -> its plan)."""
+
+
+def _field_ops(
+    old: Mapping[str, bytes], new: Mapping[str, bytes], *, nest: int
+) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """``(sets, appends, patches)``: each changed field set whole, extended (a list that grew at
+    its end), or -- for an object on both sides, ``nest`` levels deep, such as ``metadata`` --
+    patched key by key the same way, so a growing list inside it (the compaction events) costs
+    its new items."""
+    sets: list[bytes] = []
+    appends: list[bytes] = []
+    patches: list[bytes] = []
+    for name, value in new.items():
+        was = old.get(name)
+        if was == value:
+            continue
+        if was is not None and _appended(was, value):
+            appends.append(_key(name) + b":[" + value[len(was) :])
+        elif nest > 0 and was is not None and was[0:1] == b"{" and value[0:1] == b"{":
+            inner_old = {k: orjson.dumps(v) for k, v in orjson.loads(was).items()}
+            inner_new = {k: orjson.dumps(v) for k, v in orjson.loads(value).items()}
+            i_sets, i_appends, i_patches = _field_ops(inner_old, inner_new, nest=nest - 1)
+            ops = []
+            if i_sets:
+                ops.append(b'"set":{' + b",".join(i_sets) + b"}")
+            if i_appends:
+                ops.append(b'"append":{' + b",".join(i_appends) + b"}")
+            if i_patches:
+                ops.append(b'"patch":{' + b",".join(i_patches) + b"}")
+            ops += _drop_and_order(inner_old, inner_new)
+            patch = b"{" + b",".join(ops) + b"}"
+            if len(patch) < len(value):
+                patches.append(_key(name) + b":" + patch)
+            else:
+                sets.append(_key(name) + b":" + value)
+        else:
+            sets.append(_key(name) + b":" + value)
+    return sets, appends, patches
+
+
+def _drop_and_order(old: Mapping[str, bytes], new: Mapping[str, bytes]) -> list[bytes]:
+    """The ``drop`` and ``order`` ops that turn ``old``'s keys into ``new``'s, in ``new``'s order."""
+    parts = []
+    dropped = [k for k in old if k not in new]
     if dropped:
         parts.append(b'"drop":' + orjson.dumps(dropped))
-    expected = [k for k in old if k in target.fields] + [k for k in target.fields if k not in old]
-    if list(target.fields) != expected:
-        parts.append(b'"order":' + orjson.dumps(list(target.fields)))
-    return _U32.pack(len(msgs)) + msgs + b",".join(parts) + b"}"
+    expected = [k for k in old if k in new] + [k for k in new if k not in old]
+    if list(new) != expected:
+        parts.append(b'"order":' + orjson.dumps(list(new)))
+    return parts
 
 
 def _messages(raw: Any) -> tuple[Message, ...]:
@@ -321,20 +367,29 @@ def _apply_into(messages: list[Message], fields: dict[str, bytes], size: int, bo
         if new:
             size += mlen - 2 + (1 if keep else 0)
             messages.extend(new)
-        for name in ops.get("drop", ()):
-            fields.pop(name, None)
-        for name, value in ops.get("set", {}).items():
-            fields[name] = orjson.dumps(value)
-        for name, items in ops.get("append", {}).items():
-            fields[name] = fields[name][:-1] + b"," + orjson.dumps(items)[1:]
-        order = ops.get("order")
-        if order is not None:
-            reordered = {k: fields[k] for k in order}
-            fields.clear()
-            fields.update(reordered)
+        _apply_ops(fields, ops)
     except (struct.error, orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise DecodeError(f"bad delta: {type(e).__name__}: {e}") from e
     return size
+
+
+def _apply_ops(fields: dict[str, bytes], ops: Mapping[str, Any]) -> None:
+    """Apply ``drop``, ``set``, ``append`` and ``order`` to one level of fields (in place)."""
+    for name in ops.get("drop", ()):
+        fields.pop(name, None)
+    for name, value in ops.get("set", {}).items():
+        fields[name] = orjson.dumps(value)
+    for name, items in ops.get("append", {}).items():
+        fields[name] = fields[name][:-1] + b"," + orjson.dumps(items)[1:]
+    for name, patch in ops.get("patch", {}).items():
+        inner = {k: orjson.dumps(v) for k, v in orjson.loads(fields[name]).items()}
+        _apply_ops(inner, patch)
+        fields[name] = b"{" + b",".join([_key(k) + b":" + v for k, v in inner.items()]) + b"}"
+    order = ops.get("order")
+    if order is not None:
+        reordered = {k: fields[k] for k in order}
+        fields.clear()
+        fields.update(reordered)
 
 
 def state_of(content: Content, *, where: str, thread_id: str | None = None) -> AgentState:
