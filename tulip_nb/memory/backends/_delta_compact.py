@@ -50,7 +50,7 @@ from tulip_nb.memory.backends._file_index import unavailable, write_all
 if TYPE_CHECKING:
     from tulip_nb.memory.backends._delta_log import DeltaLog, _Rec
 
-__all__ = ["append", "append_records", "compact", "encode", "materialise_foreign_bases", "prune"]
+__all__ = ["append", "append_records", "compact", "encode", "materialise_foreign_bases", "prune", "reclaimable"]
 
 _BATCH = 256  # chunks per write while the new file is written
 
@@ -86,6 +86,7 @@ def append_records(log: DeltaLog, records: list[tuple[Kind, bytes, bytes]]) -> l
     log._stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     if records[0][0] == Kind.FILE:
         log._live_bytes += spans[0][1] - spans[0][0]
+        log._file_thread = log.thread_id  # as a scan of the new file would find it
     return [span for span, (kind, _, _) in zip(spans, records, strict=True) if kind != Kind.FILE]
 
 
@@ -155,6 +156,15 @@ def prune(log: DeltaLog, checkpoint_ids: Iterable[str]) -> int:
             append_records(log, [(Kind.PRUNE, orjson.dumps({"ids": ids}), b"")])
             log._kill(current[i] for i in ids)
         return len(ids)
+
+
+def reclaimable(log: DeltaLog, keep_bases: Iterable[str] = ()) -> int:
+    """About what :func:`compact` with ``keep_bases`` reclaims: the log's dead bytes less the dead
+    records it keeps (the bases other logs use); O(len(keep_bases))."""
+    with log._lock:
+        log._refresh()
+        kept = {log._current[i] for i in keep_bases if log._current.get(i) in log._dead}
+        return log._good_end - log._live_bytes - sum(log._recs[o].header.length for o in kept)
 
 
 def compact(log: DeltaLog, keep_bases: Iterable[str] = ()) -> None:
@@ -252,6 +262,13 @@ def _reencode(
         within = depth <= log.max_chain and cost <= log.load_factor * (h.state_bytes + RECORD_COST)
         if h.kind == Kind.SNAPSHOT or within:
             return h.kind, body, ref if h.kind == Kind.DELTA else None, cost, depth
+    if ref is None and newest and h.kind == Kind.DELTA:
+        # No kept ancestor on its chain (every record of it superseded or dropped, as after a
+        # prune re-links survivors newest first): a delta of its parent, or of the last record
+        # written, when already in the new file, instead of a snapshot (the rule still decides).
+        parent = h.parent_checkpoint_id
+        ref = parent if parent is not None and parent in newest else next(reversed(newest))
+        base_header = moved[newest[ref]]
     target = log._content(h.offset)
     base: Content | None = None
     if isinstance(ref, ForeignBase):

@@ -319,14 +319,6 @@ class DeltaLog:
             self._refresh()
             return self._good_end - self._live_bytes
 
-    def reclaimable_bytes(self, keep_bases: Iterable[str] = ()) -> int:
-        """About what :meth:`compact` with ``keep_bases`` reclaims: :attr:`dead_bytes` less the
-        dead records it keeps (the bases other logs use); O(len(keep_bases))."""
-        with self._lock:
-            self._refresh()
-            kept = {self._current[i] for i in keep_bases if self._current.get(i) in self._dead}
-            return self._good_end - self._live_bytes - sum(self._recs[o].header.length for o in kept)
-
     def headers(self) -> list[Header]:
         """Live checkpoints, oldest first (by ``created_at``, then by position in the log)."""
         with self._lock:

@@ -6,6 +6,9 @@ A thread directory in the delta layout holds:
     every checkpoint tulip_nb saved, as an append-only log of snapshots and deltas
     (:mod:`._delta_log`); a save appends what changed. A thread whose id differs from its
     directory's name (``a#1`` shares ``a_1/`` with ``a_1``) has ``.tulip_nb_log-<16 hex>`` instead.
+    A drop (``prune``, ``delete`` of checkpoints, ``vacuum``) leaves the dropped records in the
+    file; the log is compacted once that reclaims at least half the file and
+    :attr:`DeltaLogs.COMPACT_MIN_BYTES` (1 MiB), keeping the records other threads' forks use.
 ``<checkpoint_id>.json``
     **one tulip envelope**, the *mirror*: the thread's latest turn end (a save whose ``source``
     is not ``"iteration"`` or ``"fork"`` — what tulip itself keeps), replaced at each turn end, so
@@ -33,8 +36,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound
+from tulip_nb.core.errors import BackendUnavailable, CheckpointCorrupt, CheckpointNotFound
 from tulip_nb.core.keys import FORKED_FROM_KEY, PARENT_KEY, SOURCE_KEY
+from tulip_nb.memory.backends._delta_codec import state_of
+from tulip_nb.memory.backends._delta_compact import reclaimable
 from tulip_nb.memory.backends._delta_log import AUTO, LOG_NAME, DeltaLog, ForeignBase, Header
 from tulip_nb.memory.backends._file_index import safe_name, unavailable
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
@@ -227,6 +232,23 @@ class DeltaLogs:
             used.update(b.checkpoint_id for b in self._open(path, None).foreign_bases() if b.thread == me)
         return used
 
+    def before_rewrite(self, directory: Path, log: DeltaLog, checkpoint: Checkpoint, locked: Any) -> None:
+        """Before ``checkpoint`` is written again into ``log`` (a put of an existing id): when other
+        logs' forks use that id as a base and the new record would change what they read (another
+        state or time), they are rewritten to stand alone first (see :meth:`release_dependents`)."""
+        cid = checkpoint.checkpoint_id
+        if not self.dependents(directory) or cid not in self.used_by_others(directory, log):
+            return
+        try:
+            content, header = log.base_content(cid)
+            same = header.created_at == checkpoint.created_at and (
+                state_of(content, where=str(log.path)).to_json_bytes() == checkpoint.state.to_json_bytes()
+            )
+        except CheckpointCorrupt:
+            same = False
+        if not same:
+            self.release_dependents(directory, locked, going=log.path)
+
     COMPACT_MIN_BYTES = 1 << 20
     """:meth:`maybe_compact` rewrites a log only when it reclaims at least this much and half the file."""
 
@@ -234,16 +256,20 @@ class DeltaLogs:
         """Compact ``log`` (under its thread's lock) when what it would reclaim is worth a rewrite.
 
         What it reclaims is the dead bytes less the records other logs still use as bases (kept
-        by the rewrite, so they never trigger one again). Whether it compacted.
+        by the rewrite, so they never trigger one again). Whether it compacted: a rewrite that fails
+        (a full disk, say) leaves the log as it was and is tried again at the next drop.
         """
         dead = log.dead_bytes
         if dead < self.COMPACT_MIN_BYTES or 2 * dead <= log.file_bytes:
             return False  # cheap test first: no need to read the forks of the thread
         keep = self.used_by_others(directory, log)
-        gain = log.reclaimable_bytes(keep)
+        gain = reclaimable(log, keep)
         if gain < self.COMPACT_MIN_BYTES or 2 * gain <= log.file_bytes:
             return False
-        log.compact(keep_bases=keep)
+        try:
+            log.compact(keep_bases=keep)
+        except (BackendUnavailable, CheckpointCorrupt):
+            return False  # a failed rewrite leaves the log as it was; the drop itself is done
         return True
 
     # -- writes -----------------------------------------------------------------------------------

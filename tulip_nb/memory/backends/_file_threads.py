@@ -178,14 +178,15 @@ def _copy_logged(
 ) -> None:
     """One checkpoint of the source's log: a fork record (delta layout) or an envelope."""
     parent = meta.get(PARENT_KEY)
-    if cp.layout == "delta":
-        base = ForeignBase(cp._logs.ref(src_dir, source), info.checkpoint_id)
-        log = cp._logs.create(dst_dir, dest)
-        log.append_fork(cid, info.created_at, base, meta, parent if isinstance(parent, str) else None)
-        return
     src_log = cp._logs.get(src_dir, source)
     if src_log is None:
         raise CheckpointNotFound("source log vanished", thread_id=source)
+    if cp.layout == "delta":
+        base = ForeignBase(cp._logs.ref(src_dir, source), info.checkpoint_id)
+        log = cp._logs.create(dst_dir, dest)
+        extra = src_log.header(info.checkpoint_id).extra  # the source's envelope keys go with it
+        log.append_fork(cid, info.created_at, base, meta, parent if isinstance(parent, str) else None, extra=extra)
+        return
     ck = load_from(src_log, source, info.checkpoint_id)
     cp._write_envelope(dst_dir, Checkpoint(cid, dest, info.created_at, ck.state, meta, ck.extra))
 
@@ -236,7 +237,7 @@ def _relink(
     cp: FileCheckpointer, directory: Path, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]
 ) -> None:
     """Before ``dropped`` go: re-link each survivor whose parent is dropped (see retention)."""
-    changes = relink(infos, dropped)
+    changes = relink(sorted(infos, key=lambda i: (i.created_at, i.checkpoint_id)), dropped)  # oldest first
     if not changes:
         return
     with cp._locked(directory, create=False):

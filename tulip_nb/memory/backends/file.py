@@ -344,6 +344,9 @@ class FileCheckpointer(InTreeCheckpointer):
         if self.layout == "tulip":
             self._write_envelope(directory, ckpt)
             return
+        log = self._logs.get(directory, thread_id)
+        if log is not None:  # forks based on this id must not see it change
+            self._logs.before_rewrite(directory, log, ckpt, lambda d: self._locked(d, create=False))
         self._append_logged(directory, ckpt, AUTO, mirror=True)
 
     def _write_envelope(self, directory: Path, ckpt: Checkpoint, *, mirror_of: str | None = None) -> None:
@@ -568,6 +571,11 @@ class FileCheckpointer(InTreeCheckpointer):
         for info in await asyncio.to_thread(self._all_infos):
             per.setdefault(info.thread_id, []).append(info)
         return {t: newest_first(infos) for t, infos in per.items()}
+
+    async def _relink_survivors(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> None:
+        # Oldest first: each re-linked record is then a delta of its parent's new record, so the
+        # log stays a forward chain (a compaction copies it rather than re-encoding it).
+        await super()._relink_survivors(thread_id, newest_first(infos)[::-1], dropped)
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         return await asyncio.to_thread(self._copy_sync, source_thread_id, dest_thread_id)
