@@ -316,3 +316,19 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def discard(log: DeltaLog, header: Header) -> None:
+    """:meth:`DeltaLog.discard` (the log's lock is held)."""
+    end = header.offset + header.length
+    if end != log._good_end or log._wfd is None:
+        raise CheckpointConflict("only the last record appended can be discarded", path=str(log.path))
+    try:
+        os.ftruncate(log._wfd, header.offset)
+        if log.fsync:
+            os.fdatasync(log._wfd)
+    except OSError as e:
+        raise unavailable(e, log.path) from e
+    finally:
+        log._reset()
+        log._cache.clear()

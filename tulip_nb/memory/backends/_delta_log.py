@@ -5,9 +5,8 @@ FileCheckpointer never looks at it). Each save appends one record: a small heade
 parent, message count, save metadata, which record it is a delta of) and a body that is either
 the whole state (a *snapshot*) or a *delta* against a base checkpoint (:mod:`._delta_codec`):
 the messages appended after those shared with the base, and the fields that changed. A save
-costs the change, not the history; listing reads headers only; a load reads one chain of records
-back to a snapshot, and snapshots are written often enough that the chain costs at most about
-twice the state itself.
+costs the change; listing reads headers only; a load reads one chain back to a snapshot, which
+is written often enough that the chain costs at most about twice the state itself.
 
 The record format is in :mod:`._delta_frame` (framing, headers), the bodies in :mod:`._delta_codec`,
 the write side (appends' I/O, prunes, compaction) in :mod:`._delta_compact`. Behaviour:
@@ -16,22 +15,20 @@ the write side (appends' I/O, prunes, compaction) in :mod:`._delta_compact`. Beh
   written again under the same id supersedes the older record, which stays a valid base).
 - ``load_bytes`` is the cost of materialising the record (its chain's body bytes plus
   :data:`RECORD_COST` per record) and ``depth`` its chain length, so the snapshot rule is O(1).
-- A record torn at the end of the file (a crash mid-append: short, or failing a crc) is ignored;
-  the next append truncates it away. A bad header in the middle is skipped with a warning (the
-  scan resynchronises on the next valid frame); a bad body in the middle raises
-  :class:`CheckpointCorrupt` naming the file and offset when that record is needed.
+- A record torn at the end of the file (a crash mid-append) is ignored and cut by the next append.
+  A bad header in the middle is skipped with a warning (the scan resynchronises on the next
+  frame); a bad body raises :class:`CheckpointCorrupt` (file, offset) when that record is needed.
 - ``prune`` appends a ``PRUNE`` record: the checkpoints leave the listing but stay in the file as
   bases; :meth:`DeltaLog.compact` rewrites the log with only what live checkpoints (and the ids
   other logs still use) need, re-encoding deltas whose base goes away.
 - A delta may have its base in another thread's log (a fork costs one small record); the
   ``resolver`` opens that log, and :meth:`DeltaLog.materialise_foreign_bases` removes the
   dependency (before the other thread is deleted or compacted).
-- :attr:`DeltaLog.dead_bytes` (of :attr:`DeltaLog.file_bytes`) is what pruned and superseded
-  records, ``PRUNE`` records and skipped bytes take: O(1), kept up to date by the index.
+- :attr:`DeltaLog.dead_bytes` (of :attr:`DeltaLog.file_bytes`): what pruned and superseded
+  records, ``PRUNE`` records and skipped bytes take (O(1)).
 
-Locking is the caller's: appends, prunes and compactions must run under one exclusive lock per
-thread across processes (FileCheckpointer holds an ``flock`` on ``<dir>/.lock``); reads need no
-lock. A :class:`DeltaLog` is safe to share between threads of one process.
+Locking is the caller's: appends, prunes and compactions run under one exclusive lock per thread
+(FileCheckpointer's ``flock`` on ``<dir>/.lock``); reads need none; threads may share an instance.
 """
 
 from __future__ import annotations
@@ -332,22 +329,10 @@ class DeltaLog:
         return live
 
     def discard(self, header: Header) -> None:
-        """Cut off ``header``'s record, the last one appended: a save that failed after its append
-        (writing the thread's envelope, say) is not acknowledged, so it does not stay (under the
-        caller's lock). Anything else is refused."""
+        """Cut off ``header``'s record, the last one appended, under the caller's lock: a save that
+        failed after its append is not acknowledged, so it does not stay. Anything else is refused."""
         with self._lock:
-            end = header.offset + header.length
-            if end != self._good_end or self._wfd is None:
-                raise CheckpointConflict("only the last record appended can be discarded", path=str(self.path))
-            try:
-                os.ftruncate(self._wfd, header.offset)
-                if self.fsync:
-                    os.fdatasync(self._wfd)
-            except OSError as e:
-                raise unavailable(e, self.path) from e
-            finally:
-                self._reset()
-                self._cache.clear()
+            _delta_compact.discard(self, header)
 
     @property
     def file_thread_id(self) -> str | None:
