@@ -22,7 +22,7 @@ A thread directory in the delta layout holds:
     rewritten so they no longer depend on it.
 
 A fork's first checkpoint has no mirror until its first turn end (its source thread has one);
-``FileCheckpointer.write_mirror(thread_id)`` writes it on demand.
+``tulip-nb convert PATH THREAD --to tulip`` writes an envelope for every checkpoint of a thread.
 """
 
 from __future__ import annotations
