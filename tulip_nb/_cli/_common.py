@@ -8,16 +8,29 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["one_line", "with_checkpointer"]
+__all__ = ["one_line", "require_existing", "with_checkpointer"]
+
+
+def require_existing(cp: Any, url: str) -> None:
+    """Refuse a file checkpointer whose directory does not exist: reading it would show "no threads"."""
+    from tulip_nb.core.errors import UserError
+    from tulip_nb.memory.backends.file import FileCheckpointer
+
+    if isinstance(cp, FileCheckpointer) and not cp.base_dir.is_dir():
+        raise UserError(f"no such directory {str(cp.base_dir)!r} (from {url!r}): there is no store to read")
 
 
 def with_checkpointer(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
-    """Build the checkpointer ``url`` names, run ``work(checkpointer)``, close it, return the result."""
+    """Build the checkpointer ``url`` names, run ``work(checkpointer)``, close it, return the result.
+
+    A directory store must exist already: every command that opens one this way reads it.
+    """
     from tulip_nb.memory.urls import checkpointer_from_url
 
     async def main() -> T:
         cp = checkpointer_from_url(url)
         try:
+            require_existing(cp, url)
             return await work(cp)
         finally:
             await cp.close()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from typing import Any
 
 _EPILOG = """\
 SRC and DEST are checkpointer URLs: file:./dir, memory:, s3://bucket/prefix/?endpoint_url=...,
 redis://host:6379/0, postgresql://user@host/db, mysql://user@host/db, http://host:8000,
-tulip-pg://user@host/db?tenant=acme (tulip's native PgCheckpointer table).
+tulip-pg://user@host/db?tenant=acme (tulip's native PgCheckpointer table), or a directory
+(an existing one, or a path starting with /, ./, ../ or ~). Anything else is refused (exit 2).
 Exit status: 0 when every thread exported (and verified), 1 when any thread failed or conflicted."""
 
 
@@ -44,11 +46,27 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def _check_source(source: str) -> None:
+    """Refuse a SRC directory that does not exist (it would export "no threads", exit 0)."""
+    if source.startswith(("tulip-pg://", "postgresql+tulip://")):
+        return
+    from tulip_nb._cli._common import require_existing
+    from tulip_nb.memory.urls import checkpointer_from_url
+
+    cp = checkpointer_from_url(source)  # builds; connects to nothing
+    try:
+        require_existing(cp, source)
+    finally:
+        asyncio.run(cp.close())
+
+
 def run(args: argparse.Namespace) -> int:
     from tulip_nb._deps import require
 
     require("pandas", feature="export")  # fail before any store is opened
     from tulip_nb.lab.export import export_threads
+
+    _check_source(args.source)
 
     report = export_threads(
         args.source,

@@ -10,6 +10,10 @@ directory to share threads across workers — runs racing on one thread get 409)
 Keys: ``--api-key`` or (better: not visible in ``ps``) ``TULIP_NB_SERVER_API_KEY``; several keys
 are comma-separated, each its own principal. Binding beyond loopback without a key is refused
 unless ``--allow-unauthenticated`` (an open agent runs tools for anyone who can reach it).
+
+Slow clients are cut off: a request's headers must arrive within ``--header-timeout`` seconds
+(:class:`tulip_nb.server.running.SlowClientH11Protocol`; uvicorn itself has no such bound) and its
+body within ``--body-timeout`` (``AgentServer(body_timeout=)``, 408).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from tulip_nb.core.errors import UserError
 _ENV_APP = "TULIP_NB_SERVE_APP"
 _ENV_CP = "TULIP_NB_SERVE_CHECKPOINTER"
 _ENV_LAYOUT = "TULIP_NB_SERVE_LAYOUT"
+_ENV_BODY_TIMEOUT = "TULIP_NB_SERVE_BODY_TIMEOUT"
 _KEY_ENV = "TULIP_NB_SERVER_API_KEY"
 
 
@@ -41,6 +46,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--thread-layout", choices=("tulip", "plain"), default="tulip", help="storage ids of threads")
     parser.add_argument("--allow-unauthenticated", action="store_true", help="allow no key on a non-loopback host")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default: %(default)s)")
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a client may take to send a request's headers; 0: no bound (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a client may take to send a request's body (then 408); 0: no bound (default: %(default)s)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -103,14 +120,22 @@ def build_app() -> Any:
     if raw not in layouts:
         raise UserError(f"{_ENV_LAYOUT}={raw!r}: the thread layout is 'tulip' or 'plain'")
     layout = layouts[raw]
+    body_timeout = float(os.environ.get(_ENV_BODY_TIMEOUT) or 30.0)
     return AgentServer(
-        agent, checkpointer=checkpointer, thread_layout=layout, close_checkpointer=checkpointer is not None
+        agent,
+        checkpointer=checkpointer,
+        thread_layout=layout,
+        close_checkpointer=checkpointer is not None,
+        body_timeout=body_timeout if body_timeout > 0 else None,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UserError(f"--workers must be at least 1, got {args.workers}")
+    for flag, value in (("--header-timeout", args.header_timeout), ("--body-timeout", args.body_timeout)):
+        if not value >= 0 or value == float("inf"):
+            raise UserError(f"{flag} must be a finite number of seconds (0: no bound), got {value}")
     if args.api_key is not None:
         os.environ[_KEY_ENV] = args.api_key
     if not os.environ.get(_KEY_ENV, "").strip() and not _is_loopback(args.host) and not args.allow_unauthenticated:
@@ -125,10 +150,14 @@ def run(args: argparse.Namespace) -> int:
         checkpointer_from_url(args.checkpointer)  # validate the URL (nothing is opened yet)
     try:
         import uvicorn
+
+        from tulip_nb.server.running import HEADER_TIMEOUT_ENV, SlowClientH11Protocol
     except ImportError:
         raise UserError("serving needs uvicorn: pip install 'tulip_nb[server]'") from None
     os.environ[_ENV_APP] = args.app
     os.environ[_ENV_LAYOUT] = args.thread_layout
+    os.environ[HEADER_TIMEOUT_ENV] = repr(args.header_timeout)
+    os.environ[_ENV_BODY_TIMEOUT] = repr(args.body_timeout)
     if args.checkpointer:
         os.environ[_ENV_CP] = args.checkpointer
     else:
@@ -140,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
+        # uvicorn's h11 protocol plus a bound on slow request headers (the app bounds the body)
+        http=SlowClientH11Protocol,
         timeout_graceful_shutdown=10,
         # a worker busy with a long turn on a loaded machine must not be killed as "unhealthy"
         # (uvicorn's default 5 s health check restarts it and drops its open connections)

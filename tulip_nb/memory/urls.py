@@ -4,7 +4,8 @@
 URL                                            checkpointer
 =============================================  ==============================================
 ``file:./threads``, ``file:///abs/dir``,       :class:`FileCheckpointer` on that directory
-``./threads`` (a plain path)
+``./threads``, ``/abs/dir``, ``~/dir``, or
+the name of an existing directory
 ``memory:``                                    a new :class:`MemoryCheckpointer`
 ``s3://bucket/prefix/?endpoint_url=...``       :class:`S3Backend` (also ``region_name``)
 ``redis://host:6379/0?prefix=...&ttl_seconds=``  ``redis_checkpointer``
@@ -14,12 +15,19 @@ URL                                            checkpointer
 ``http://host:8000/prefix``, ``https://...``   :class:`HTTPCheckpointer`
 =============================================  ==============================================
 
+Anything else is refused with a :class:`~tulip_nb.core.errors.UserError` that lists these forms:
+a bare string is a directory only when it is one already or starts like a path (``/``, ``./``,
+``../``, ``~``), so ``redis:127.0.0.1:6379`` or ``127.0.0.1:6379`` never becomes a new local
+folder that an export would fill and report as a success.
+
 >>> checkpointer_from_url("memory:")
 MemoryCheckpointer(threads=0)
 """
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -28,7 +36,59 @@ from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 __all__ = ["checkpointer_from_url"]
 
-_SCHEMES = "file:, memory:, s3://, redis://, postgresql://, mysql://, opensearch://, http(s)://"
+_ACCEPTED = (
+    "file:DIR, file:///abs/dir, memory:, s3://bucket/prefix/, redis://host:6379/0, rediss://..., "
+    "postgresql://user@host/db (or postgres://), mysql://user@host/db, opensearch(s)://host:9200, "
+    "http(s)://host:8000/prefix, or a directory path (an existing directory, or one that starts "
+    "with /, ./, ../ or ~)"
+)
+_NETWORK = frozenset(
+    ("s3", "redis", "rediss", "postgresql", "postgres", "mysql", "opensearch", "opensearchs", "http", "https")
+)
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+_PATH_PREFIXES = ("/", "./", "../", "~")
+
+
+def _refused(why: str) -> UserError:
+    return UserError(f"{why}; a checkpointer URL is one of: {_ACCEPTED}")
+
+
+def _classify(url: str) -> tuple[str, str]:
+    """``(kind, rest)``: ``("path", directory)``, ``("memory", "")`` or ``(scheme, url)``; refuse the rest.
+
+    A bare string is a path only when it is clearly one: an existing directory, or a name that
+    starts like a path. Anything else (``redis:127.0.0.1:6379``, ``127.0.0.1:6379``) would
+    otherwise become a new local folder named after a server, and a copy into it would "succeed".
+    """
+    head, sep, _ = url.partition("://")
+    if sep and _SCHEME.fullmatch(head):
+        scheme = head.lower()
+        if scheme == "file":
+            parts = urlsplit(url)
+            if parts.netloc not in ("", "localhost"):
+                raise _refused(f"file URL {url!r} names a host {parts.netloc!r}; write file:DIR or file:///abs/dir")
+            return "path", parts.path
+        if scheme == "memory":
+            return "memory", ""
+        if scheme in _NETWORK:
+            return scheme, url
+        raise _refused(f"unknown checkpointer URL scheme {scheme!r} in {url!r}")
+    if url[:5].lower() == "file:":
+        return "path", url[5:] or ".tulip_checkpoints"
+    if url.lower() == "memory:":
+        return "memory", ""
+    if url.startswith(_PATH_PREFIXES) or url in (".", ".."):
+        return "path", os.path.expanduser(url)
+    scheme = url.partition(":")[0].lower()
+    if ":" in url and scheme == "memory":
+        raise _refused(f"{url!r} is not a store: the in-process one is just 'memory:'")
+    if ":" in url and scheme in _NETWORK:  # even if a folder of that name exists
+        raise _refused(f"{url!r} lacks '//' after '{scheme}:' (write {scheme}://...)")
+    if os.path.isdir(url):
+        return "path", url
+    if ":" in url:
+        raise _refused(f"{url!r} is neither a URL with a known scheme nor an existing directory")
+    raise _refused(f"{url!r} is not an existing directory (write ./{url} or file:{url} to create one)")
 
 
 def _split_options(url: str, names: set[str]) -> tuple[str, dict[str, str]]:
@@ -44,15 +104,11 @@ def checkpointer_from_url(url: str, **kwargs: Any) -> BaseCheckpointer:
     """Build the checkpointer a URL names (see the module docstring); ``kwargs`` go to its constructor."""
     if not isinstance(url, str) or not url:
         raise UserError(f"checkpointer URL must be a non-empty string, got {url!r}")
-    scheme = urlsplit(url).scheme.lower() if "://" in url or url.startswith(("file:", "memory:")) else ""
-    if scheme in ("", "file"):
+    scheme, where = _classify(url)
+    if scheme == "path":
         from tulip_nb.memory.backends.file import FileCheckpointer
 
-        path = url
-        if scheme == "file":
-            parts = urlsplit(url)
-            path = parts.path if url.startswith("file://") else url[len("file:") :]
-        return FileCheckpointer(base_dir=path or ".tulip_checkpoints", **kwargs)
+        return FileCheckpointer(base_dir=where or ".tulip_checkpoints", **kwargs)
     if scheme == "memory":
         from tulip_nb.memory.backends.memory import MemoryCheckpointer
 
@@ -95,4 +151,4 @@ def checkpointer_from_url(url: str, **kwargs: Any) -> BaseCheckpointer:
         from tulip_nb.memory.backends.http import HTTPCheckpointer
 
         return HTTPCheckpointer(url, **kwargs)
-    raise UserError(f"unknown checkpointer URL scheme {scheme!r} in {url!r}; use one of {_SCHEMES}")
+    raise AssertionError(f"unhandled checkpointer URL scheme {scheme!r}")  # pragma: no cover (_classify)

@@ -23,11 +23,12 @@ Routes (JSON in and out; ``Authorization: Bearer <key>`` on all but ``/health`` 
     ...    /threads/{id}/checkpoints..., /threads, /search, /capabilities: the HTTP checkpoint
            protocol of checkpoint_app, over the caller's own threads only
 
-Errors are ``{"error": <name>, "message": ...}`` with 400 (bad JSON), 401 (key), 404, 409 (thread
-busy or changed by another run), 413 (body too large), 422 (a field, named in ``field``), 502
-(model failed), 503 (storage down), 500 (anything else: a ``correlation_id`` to find the log
-line; never a stack trace). ``Server-Timing: checkpoint;dur=..., run;dur=...`` on run responses
-says how much of a run was spent in the checkpointer.
+Errors are ``{"error": <name>, "message": ...}`` with 400 (bad JSON; a path or query that is
+not UTF-8), 401 (key), 404, 408 (a body slower than ``body_timeout``), 409 (thread busy or changed
+by another run), 413 (body too large), 422 (a field, named in ``field``), 502 (model failed), 503
+(storage down), 500 (anything else: a ``correlation_id`` to find the log line; never a stack
+trace). ``Server-Timing: checkpoint;dur=..., run;dur=...`` on run responses says how much of a run
+was spent in the checkpointer.
 
 Threads are scoped per principal (see :mod:`tulip_nb.server._auth`): by default stored as tulip's
 server stores them, ``"<principal>:<thread_id>"``, so a tulip server's threads are readable here.
@@ -48,7 +49,6 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
-from urllib.parse import unquote
 
 import orjson
 from starlette.requests import Request
@@ -70,6 +70,7 @@ from tulip_nb.memory.checkpointer import BaseCheckpointer
 from tulip_nb.models.base import ModelError
 from tulip_nb.server import _sse
 from tulip_nb.server._auth import ApiKeys, Layout, storage_id, storage_prefix
+from tulip_nb.server._input import bounded_receive, check_query, path_parts
 from tulip_nb.server._schemas import (
     HTTPProblem,
     InvokeRequest,
@@ -120,16 +121,6 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
     return Response(body, status, headers=headers, media_type="application/json")
 
 
-def _path_parts(scope: Scope) -> list[str]:
-    """Path segments split on the raw path, so ``a%2Fb`` stays one segment (the id ``a/b``)."""
-    raw: bytes = scope.get("raw_path") or scope["path"].encode()
-    raw = raw.split(b"?", 1)[0]
-    root = scope.get("root_path", "").encode()
-    if root and raw.startswith(root):
-        raw = raw[len(root) :]
-    return [unquote(p.decode("latin-1"), errors="strict") for p in raw.split(b"/")[1:]]
-
-
 def _problem_for(e: BaseException, thread_id: str | None) -> HTTPProblem:
     """The response for an exception of a run; the storage id never leaves the server.
 
@@ -176,6 +167,8 @@ class AgentServer:
     ``strict_concurrency``: runs save with compare-and-swap (409 on a race). ``max_body_bytes``
     bounds run requests, ``max_checkpoint_bytes`` the mounted checkpoint routes.
     ``close_checkpointer``: close it at shutdown (``tulip-nb serve`` owns the one it builds).
+    ``body_timeout``: seconds a request may take to send its whole body (408 and the connection
+    closed after that; None: no bound) — uvicorn bounds neither the body nor each read of it.
     """
 
     def __init__(
@@ -190,6 +183,7 @@ class AgentServer:
         max_checkpoint_bytes: int = 64 << 20,
         mount_checkpoints: bool = True,
         close_checkpointer: bool = False,
+        body_timeout: float | None = 30.0,
     ) -> None:
         if not callable(getattr(agent, "clone", None)) or not callable(getattr(agent, "iterate", None)):
             raise UserError(f"AgentServer needs a tulip_nb Agent, got {type(agent).__name__}")
@@ -212,6 +206,9 @@ class AgentServer:
         self.max_checkpoint_bytes = max_checkpoint_bytes
         self.mount_checkpoints = mount_checkpoints
         self.close_checkpointer = close_checkpointer
+        if body_timeout is not None and not body_timeout > 0:
+            raise UserError(f"body_timeout must be a positive number of seconds or None, got {body_timeout!r}")
+        self.body_timeout = body_timeout
         self.drain_seconds = 10.0
         self._timed = _TimedCheckpointer(checkpointer)
         self._running: set[str] = set()
@@ -225,11 +222,14 @@ class AgentServer:
             return
         if scope["type"] != "http":
             raise RuntimeError(f"AgentServer serves HTTP only, not {scope['type']!r}")
+        receive = bounded_receive(receive, self.body_timeout)
         request = Request(scope, receive)
         try:
             response = await self._handle(request, scope, receive, send)
         except HTTPProblem as p:
             headers = {"WWW-Authenticate": "Bearer"} if p.status == 401 else None
+            if p.status == 408:  # the rest of a slow body may still be on its way: end the connection
+                headers = {"Connection": "close"}
             response = _json(p.body, p.status, headers)
         except Exception as e:  # never a stack trace to the client
             problem = _problem_for(e, None)
@@ -257,7 +257,8 @@ class AgentServer:
             await self.checkpointer.close()
 
     async def _handle(self, request: Request, scope: Scope, receive: Receive, send: Send) -> Response | None:
-        parts = _path_parts(scope)
+        parts = path_parts(scope)
+        check_query(scope)
         method = request.method
         if parts == ["health"] and method in ("GET", "HEAD"):
             return _json({"status": "ok"})

@@ -32,9 +32,9 @@ tulip_nb extensions (ignored by tulip; used by :class:`tulip_nb.memory.backends.
 
 Errors are JSON ``{"error": <tulip_nb error class>, "message", "thread_id", "checkpoint_id"}`` with
 the class's own status (``http_status``, :func:`tulip_nb.core.errors.problem_from`, the same in the
-AgentServer): 400 (invalid body), 404 (not found), 409 (conflict), 412 (failed precondition), 422
-(invalid thread id, or corrupt stored data), 501 (capability off) and 503 (the checkpointer's store
-is unavailable).
+AgentServer): 400 (invalid body; a path or query that is not UTF-8), 404 (not found), 409
+(conflict), 412 (failed precondition), 422 (invalid thread id, or corrupt stored data), 501
+(capability off) and 503 (the checkpointer's store is unavailable).
 
 >>> from tulip_nb.memory.backends import FileCheckpointer
 >>> app = checkpoint_app(FileCheckpointer("./threads"))   # then: uvicorn module:app
@@ -62,6 +62,8 @@ from tulip_nb.core.errors import (
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
 from tulip_nb.memory.envelope import encode_envelope
+from tulip_nb.server._input import check_query, path_parts
+from tulip_nb.server._schemas import HTTPProblem
 
 __all__ = ["checkpoint_app"]
 
@@ -126,11 +128,11 @@ def checkpoint_app(checkpointer: BaseCheckpointer, *, debug: bool = False) -> St
     """An ASGI app serving ``checkpointer`` over tulip's HTTP protocol (see the module docstring)."""
 
     async def dispatch(request: Request) -> Response:
-        raw = request.scope.get("raw_path") or request.scope["path"].encode()
-        root = request.scope.get("root_path", "").encode()
-        if root and raw.startswith(root):
-            raw = raw[len(root) :]
-        parts = [unquote(p.decode("latin-1"), errors="strict") for p in raw.split(b"/")[1:]]
+        try:
+            parts = path_parts(request.scope)
+            check_query(request.scope)
+        except HTTPProblem as p:
+            return _json(p.body, p.status)
         try:
             return await _route(request, request.method, parts)
         except TulipNBError as e:
