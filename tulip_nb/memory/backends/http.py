@@ -13,6 +13,28 @@ Unlike tulip's client, a failed request is never turned into "no thread": an unr
 timeout or a 5xx raises :class:`~tulip_nb.core.errors.BackendUnavailable`, so an agent resuming a
 conversation during an outage stops instead of starting the conversation afresh.
 
+The client is strict about what a 2xx means, because proxies, load balancers and half-working
+servers answer 200 with bodies that are not the protocol's:
+
+- a save (and ``put_checkpoint``) is acknowledged only by the protocol's receipt, a JSON object
+  whose ``checkpoint_id`` is the id that was sent (and whose ``thread_id``, when present, is the
+  thread). Anything else raises :class:`~tulip_nb.core.errors.BackendUnavailable`, naming the URL
+  and what came back. That includes an HTML page, an empty body, ``null``, ``{}``, truncated JSON
+  and another id. The save may or may not have been stored: treat it as not acknowledged.
+- a load accepts only an envelope or a bare state (a JSON object with a ``messages`` list, at the
+  top level or under ``state``) for the requested checkpoint. A 200 ``{}`` or ``{"error": ...}`` is
+  ``BackendUnavailable``, never an empty state. A listing must be a list of ids (or of
+  ``{"checkpoint_id"}`` objects), bare or under ``"checkpoints"``.
+- "not found" is the protocol's not-found only: a 404 whose body is a JSON object, either one of
+  our errors (``CheckpointNotFound`` / ``ThreadNotFound``) or a plain server's (e.g.
+  ``{"detail": ...}``). A 404 with an HTML body (a proxy, a wrong ``base_url``) is
+  ``BackendUnavailable``, not "no such checkpoint".
+- ``delete()`` is True only for ``{"deleted": true}`` (or a bodiless 204), and False for the
+  protocol's not-found.
+- ``timeout=`` bounds each *call*: the requests one call makes (discovery, listing, the read), body
+  included, must finish within ``timeout`` seconds in total. httpx's own timeout applies per network
+  read, so a server dripping a byte every half second would otherwise never time out.
+
 >>> async with HTTPCheckpointer("http://127.0.0.1:8000") as cp:   # doctest: +SKIP
 ...     cid = await cp.save(state, "user/42")
 ...     await cp.load("user/42")
@@ -21,9 +43,12 @@ conversation during an outage stops instead of starting the conversation afresh.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import weakref
+from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import quote
 
 import orjson
@@ -56,6 +81,72 @@ __all__ = ["PUT_HEADER", "HTTPCheckpointer", "segment"]
 PUT_HEADER = "x-tulip-nb-put"
 """Request header (tulip_nb extension): store the POSTed envelope verbatim (``put_checkpoint``)."""
 
+_NOT_FOUND_KINDS = frozenset(("CheckpointNotFound", "ThreadNotFound"))
+_EXCERPT = 160
+_NOT_PROTOCOL_404 = "not the protocol's not-found (a proxy, or a wrong base_url?)"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+# (checkpointer, loop time by which the running call must finish): one deadline per public call
+_DEADLINE: contextvars.ContextVar[tuple[object, float] | None] = contextvars.ContextVar(
+    "tulip_nb_http_deadline", default=None
+)
+
+
+def _bounded(
+    fn: Callable[Concatenate[HTTPCheckpointer, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[HTTPCheckpointer, P], Coroutine[Any, Any, R]]:
+    """Give the call one deadline, ``timeout`` seconds from now, shared by every request it makes
+    (a call made inside another call of the same checkpointer keeps the outer deadline)."""
+
+    @functools.wraps(fn)
+    async def call(self: HTTPCheckpointer, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        outer = _DEADLINE.get()
+        if self.timeout is None or (outer is not None and outer[0] is self):
+            return await fn(self, *args, **kwargs)
+        token = _DEADLINE.set((self, asyncio.get_running_loop().time() + self.timeout))
+        try:
+            return await fn(self, *args, **kwargs)
+        finally:
+            _DEADLINE.reset(token)
+
+    return call
+
+
+def _loads(body: bytes) -> Any:
+    """The JSON value of ``body``, or ``_INVALID`` when it is not JSON (an empty body included)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _INVALID
+
+
+_INVALID = object()
+
+
+def _answer(resp: Any) -> str:
+    """What came back, for an error message: status, content type and the start of the body."""
+    ctype = resp.headers.get("content-type") or "no content-type"
+    body: bytes = resp.content
+    if not body:
+        shown = "an empty body"
+    else:
+        text = body[:_EXCERPT].decode("utf-8", "replace")
+        shown = repr(text) + (f" ... ({len(body)} bytes)" if len(body) > _EXCERPT else "")
+    return f"HTTP {resp.status_code} ({ctype}) {shown}"
+
+
+def _listing_entry(entry: Any) -> bool:
+    """An id, or an object with a string ``checkpoint_id``."""
+    return isinstance(entry, str) or (isinstance(entry, dict) and isinstance(entry.get("checkpoint_id"), str))
+
+
+def _has_state(obj: dict[str, Any]) -> bool:
+    """Whether a JSON object is an envelope or a bare state: a ``messages`` list, at the top level
+    or under ``state`` (tulip always writes it; ``{}`` or ``{"error": ...}`` has none)."""
+    raw = obj.get("state", obj)
+    return isinstance(raw, dict) and isinstance(raw.get("messages"), list)
+
 
 def segment(value: str) -> str:
     """``value`` percent-encoded as one URL path segment (``/``, ``?``, ``#``, ``%`` and dot-only
@@ -79,7 +170,7 @@ class HTTPCheckpointer(InTreeCheckpointer):
         base_url: the service root, e.g. ``"https://checkpoints.internal/v1"``.
         headers: sent with every request (e.g. ``{"Authorization": "Bearer ..."}``).
         auth: ``(user, password)`` for HTTP basic auth, or any ``httpx.Auth``.
-        timeout: seconds per request.
+        timeout: seconds per call, for all its requests together, bodies included (``None``: none).
         capabilities: skip discovery and advertise these instead.
         transport: an ``httpx.AsyncBaseTransport`` (tests, proxies).
     """
@@ -89,7 +180,7 @@ class HTTPCheckpointer(InTreeCheckpointer):
         base_url: str,
         headers: dict[str, str] | None = None,
         auth: Any = None,
-        timeout: float = 30.0,
+        timeout: float | None = 30.0,
         *,
         capabilities: Capabilities | None = None,
         transport: Any = None,
@@ -129,13 +220,65 @@ class HTTPCheckpointer(InTreeCheckpointer):
             self._clients[loop] = client
         return client
 
+    def _deadline(self) -> float | None:
+        """When the running call must be done (loop time): its own deadline, or one for this request."""
+        outer = _DEADLINE.get()
+        if outer is not None and outer[0] is self:
+            return outer[1]
+        return None if self.timeout is None else asyncio.get_running_loop().time() + self.timeout
+
     async def _request(self, method: str, path: str, *, action: str, **kwargs: Any) -> Any:
+        url = f"{self.base_url}{path}"
         try:
-            return await self._client().request(method, path, **kwargs)
-        except self._httpx.HTTPError as e:
+            async with asyncio.timeout_at(self._deadline()):
+                return await self._client().request(method, path, **kwargs)
+        except TimeoutError as e:
             raise BackendUnavailable(
-                f"HTTPCheckpointer could not {action}: {type(e).__name__}: {e}", path=f"{self.base_url}{path}"
+                f"HTTPCheckpointer could not {action}: {method} {url} did not answer completely within "
+                f"timeout={self.timeout}s (the whole call's deadline)",
+                path=url,
             ) from e
+        except self._httpx.HTTPError as e:
+            raise BackendUnavailable(f"HTTPCheckpointer could not {action}: {type(e).__name__}: {e}", path=url) from e
+
+    def _bad(
+        self, resp: Any, action: str, why: str, thread_id: str | None = None, checkpoint_id: str | None = None
+    ) -> BackendUnavailable:
+        """A 2xx (or 404) whose body is not what the protocol answers: the URL and what came back."""
+        url = str(resp.request.url)
+        return BackendUnavailable(
+            f"HTTPCheckpointer could not {action}: {resp.request.method} {url} answered {_answer(resp)}, {why}",
+            path=url,
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+        )
+
+    def _object(self, resp: Any, action: str, thread_id: str | None = None, **ctx: Any) -> dict[str, Any]:
+        """A 2xx body that must be a JSON object."""
+        data = _loads(resp.content)
+        if not isinstance(data, dict):
+            raise self._bad(resp, action, "not a JSON object", thread_id, ctx.get("checkpoint_id"))
+        return data
+
+    @staticmethod
+    def _protocol_not_found(resp: Any) -> bool:
+        """A 404 that is the protocol's not-found: a JSON object, ours (``CheckpointNotFound`` /
+        ``ThreadNotFound``) or a plain server's (``{"detail": ...}``). An HTML 404 is not."""
+        if resp.status_code != 404:
+            return False
+        body = _loads(resp.content)
+        return isinstance(body, dict) and body.get("error") in (None, *_NOT_FOUND_KINDS)
+
+    def _receipt(self, resp: Any, action: str, thread_id: str, checkpoint_id: str) -> None:
+        """A save is acknowledged only by ``{"checkpoint_id": <the id sent>, ...}``."""
+        body = _loads(resp.content)
+        expected = f"expected the protocol's receipt, a JSON object with checkpoint_id {checkpoint_id!r}"
+        if not isinstance(body, dict) or body.get("checkpoint_id") != checkpoint_id:
+            raise self._bad(resp, action, f"{expected}: the save is not acknowledged", thread_id, checkpoint_id)
+        if body.get("thread_id", thread_id) != thread_id:
+            raise self._bad(
+                resp, action, "the receipt names another thread: the save is not acknowledged", thread_id, checkpoint_id
+            )
 
     def _fail(
         self, resp: Any, action: str, thread_id: str | None = None, checkpoint_id: str | None = None
@@ -173,17 +316,21 @@ class HTTPCheckpointer(InTreeCheckpointer):
             **ctx,
         )
 
+    @_bounded
     async def discover(self) -> Capabilities:
         """Ask the server what it supports (``GET /capabilities``); plain servers support none."""
         resp = await self._request("GET", "/capabilities", action="discover capabilities")
         if resp.status_code == 200:
-            data = orjson.loads(resp.content)
-            names = set(data.get("capabilities") or [])
+            data = self._object(resp, "discover capabilities")
+            listed = data.get("capabilities") or []
+            if not isinstance(listed, list):
+                raise self._bad(resp, "discover capabilities", "'capabilities' is not a list")
+            names = {str(n) for n in listed}
             self._extensions = bool(data.get("extensions"))
             if not self._fixed_caps:
                 known = {f for f in Capabilities.__dataclass_fields__}
                 self._caps = Capabilities(**{n: True for n in names & known})
-        elif resp.status_code in (404, 405):
+        elif resp.status_code in (404, 405):  # a plain server (even an HTML 404): no extensions
             self._extensions = False
         else:
             raise self._fail(resp, "discover capabilities")
@@ -203,6 +350,7 @@ class HTTPCheckpointer(InTreeCheckpointer):
         return f"/threads/{segment(validate_thread_id(thread_id))}"
 
     # -- contract -----------------------------------------------------------------------------
+    @_bounded
     async def save(
         self,
         state: AgentState,
@@ -224,14 +372,12 @@ class HTTPCheckpointer(InTreeCheckpointer):
                 headers["if-none-match"] = "*"
         body = encode_envelope(cid, thread_id, utcnow(), state, dict(metadata or {}))
         resp = await self._request("POST", path, action="save a checkpoint", content=body, headers=headers)
-        if resp.status_code >= 300:
+        if not 200 <= resp.status_code < 300:
             raise self._fail(resp, "save a checkpoint", thread_id, cid)
-        try:
-            returned = orjson.loads(resp.content).get("checkpoint_id") if resp.content else None
-        except (orjson.JSONDecodeError, AttributeError):
-            returned = None
-        return str(returned or cid)
+        self._receipt(resp, "save a checkpoint", thread_id, cid)
+        return cid
 
+    @_bounded
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Write a checkpoint verbatim: a tulip_nb server stores it as sent (``X-Tulip-NB-Put``);
         a plain tulip-protocol server only offers :meth:`save` (the base class's fallback)."""
@@ -245,20 +391,27 @@ class HTTPCheckpointer(InTreeCheckpointer):
         resp = await self._request(
             "POST", self._t(t) + "/checkpoints", action="put a checkpoint", content=body, headers=headers
         )
-        if resp.status_code >= 300:
+        if not 200 <= resp.status_code < 300:
             raise self._fail(resp, "put a checkpoint", t, cid)
+        self._receipt(resp, "put a checkpoint", t, cid)
 
-    def _parse(self, body: bytes, thread_id: str, checkpoint_id: str, url: str) -> Checkpoint:
-        """An envelope (any key order) or a bare state, as the protocol allows either."""
+    def _parse(self, resp: Any, action: str, thread_id: str, checkpoint_id: str) -> Checkpoint:
+        """An envelope (any key order) or a bare state, as the protocol allows either; any other
+        200 body (``{}``, ``{"error": ...}``, HTML, truncated JSON) is ``BackendUnavailable``."""
+        body: bytes = resp.content
+        url = str(resp.request.url)
+        obj = _loads(body)
+        if not isinstance(obj, dict) or not _has_state(obj):
+            why = "not a JSON object" if not isinstance(obj, dict) else "not a checkpoint (no state with messages)"
+            if isinstance(obj, dict) and "error" in obj:
+                why = f"an error, not a checkpoint: {str(obj['error'])[:200]!r}"
+            raise self._bad(resp, action, why, thread_id, checkpoint_id or None)
+        sent = obj.get("checkpoint_id")
+        if checkpoint_id and "state" in obj and sent is not None and sent != checkpoint_id:
+            raise self._bad(resp, action, f"the envelope of another checkpoint ({sent!r})", thread_id, checkpoint_id)
         if body.startswith(b'{"checkpoint_id"'):
             ckpt = decode_envelope(body, where=url, thread_id=thread_id)
         else:
-            try:
-                obj = orjson.loads(body)
-            except orjson.JSONDecodeError as e:
-                raise CheckpointCorrupt(f"invalid JSON: {e}", path=url, thread_id=thread_id) from e
-            if not isinstance(obj, dict):
-                raise CheckpointCorrupt("not a JSON object", path=url, thread_id=thread_id)
             if "state" in obj and "checkpoint_id" in obj and "created_at" in obj:
                 ckpt = decode_envelope(body, where=url, thread_id=thread_id)
             else:
@@ -273,49 +426,65 @@ class HTTPCheckpointer(InTreeCheckpointer):
         ckpt.thread_id = thread_id
         return ckpt
 
+    @_bounded
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         if checkpoint_id is None:
             if await self._ext():
                 path = self._t(thread_id) + "/latest"
-                resp = await self._request("GET", path, action="load the latest checkpoint")
-                if resp.status_code == 404 and b"ThreadNotFound" in resp.content:
+                action = "load the latest checkpoint"
+                resp = await self._request("GET", path, action=action)
+                if self._protocol_not_found(resp):
                     return None
+                if resp.status_code == 404:
+                    raise self._bad(resp, action, _NOT_PROTOCOL_404, thread_id)
                 if resp.status_code != 200:
-                    raise self._fail(resp, "load the latest checkpoint", thread_id)
-                return self._parse(resp.content, thread_id, "", f"{self.base_url}{path}")
+                    raise self._fail(resp, action, thread_id)
+                return self._parse(resp, action, thread_id, "")
             ids = await self.list_checkpoints(thread_id, limit=1)
             if not ids:
                 return None
             checkpoint_id = ids[0]
         validate_checkpoint_id(checkpoint_id, thread_id)
         path = f"{self._t(thread_id)}/checkpoints/{segment(checkpoint_id)}"
-        resp = await self._request("GET", path, action="load a checkpoint")
-        if resp.status_code == 404:
+        action = "load a checkpoint"
+        resp = await self._request("GET", path, action=action)
+        if self._protocol_not_found(resp):
             raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
+        if resp.status_code == 404:
+            why = _NOT_PROTOCOL_404
+            raise self._bad(resp, action, why, thread_id, checkpoint_id)
         if resp.status_code != 200:
-            raise self._fail(resp, "load a checkpoint", thread_id, checkpoint_id)
-        return self._parse(resp.content, thread_id, checkpoint_id, f"{self.base_url}{path}")
+            raise self._fail(resp, action, thread_id, checkpoint_id)
+        return self._parse(resp, action, thread_id, checkpoint_id)
 
     async def _list(self, thread_id: str, limit: int | None) -> list[Any]:
         path = self._t(thread_id) + "/checkpoints"
         params = {} if limit is None else {"limit": limit}
-        resp = await self._request("GET", path, action="list checkpoints", params=params)
+        action = "list checkpoints"
+        resp = await self._request("GET", path, action=action, params=params)
+        if self._protocol_not_found(resp):
+            return []  # a plain server's "no such thread"
+        if resp.status_code == 404:
+            raise self._bad(resp, action, _NOT_PROTOCOL_404, thread_id)
         if resp.status_code != 200:
-            raise self._fail(resp, "list checkpoints", thread_id)
-        try:
-            data = orjson.loads(resp.content)
-        except orjson.JSONDecodeError as e:
-            raise BackendUnavailable(f"HTTPCheckpointer got a non-JSON listing: {e}", path=path) from e
-        if isinstance(data, dict):
-            data = data.get("checkpoints", data.get("data", []))
+            raise self._fail(resp, action, thread_id)
+        data = _loads(resp.content)
+        if isinstance(data, dict):  # wrapped: {"checkpoints": [...]} (or {"data": [...]})
+            data = data["checkpoints"] if "checkpoints" in data else data.get("data", _INVALID)
         if not isinstance(data, list):
-            raise BackendUnavailable("HTTPCheckpointer got a listing that is not a list", path=path)
+            raise self._bad(resp, action, "not a listing (a list of checkpoint ids, bare or under 'checkpoints')")
+        if not all(
+            isinstance(e, str) or (isinstance(e, dict) and isinstance(e.get("checkpoint_id"), str)) for e in data
+        ):
+            raise self._bad(resp, action, "a listing entry is neither an id nor an object with a checkpoint_id")
         return data if limit is None else data[:limit]
 
+    @_bounded
     async def list_checkpoints(self, thread_id: str, limit: int | None = 10) -> list[str]:
         """Ids straight from the listing (a plain server may list nothing more than ids)."""
         return [e if isinstance(e, str) else str(e["checkpoint_id"]) for e in await self._list(thread_id, limit)]
 
+    @_bounded
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         entries = await self._list(thread_id, limit)
         if all(isinstance(e, dict) and "created_at" in e for e in entries):
@@ -342,17 +511,28 @@ class HTTPCheckpointer(InTreeCheckpointer):
             return None
         return ckpt.info if ckpt else None
 
+    @_bounded
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
         path = self._t(thread_id) + "/checkpoints"
         if checkpoint_id is not None:
             path += "/" + segment(validate_checkpoint_id(checkpoint_id, thread_id))
         resp = await self._request("DELETE", path, action="delete")
-        if resp.status_code == 404:
+        if self._protocol_not_found(resp):
             return False
-        if resp.status_code >= 300:
+        if resp.status_code == 404:
+            why = _NOT_PROTOCOL_404
+            raise self._bad(resp, "delete", why, thread_id, checkpoint_id)
+        if not 200 <= resp.status_code < 300:
             raise self._fail(resp, "delete", thread_id, checkpoint_id)
-        return True
+        if resp.status_code == 204 and not resp.content:
+            return True
+        deleted = _loads(resp.content)
+        if not isinstance(deleted, dict) or not isinstance(deleted.get("deleted"), bool):
+            why = 'expected the protocol\'s answer {"deleted": true}'
+            raise self._bad(resp, "delete", why, thread_id, checkpoint_id)
+        return bool(deleted["deleted"])
 
+    @_bounded
     async def health_check(self) -> bool:
         """Whether ``GET /health`` answers below 400 (a probe: never raises for an outage)."""
         try:
@@ -379,58 +559,90 @@ class HTTPCheckpointer(InTreeCheckpointer):
         await self.close()
 
     # -- capability-gated operations (tulip_nb extensions) ------------------------------------
-    async def _get_json(self, path: str, action: str, thread_id: str | None = None, **params: Any) -> Any:
-        """GET ``path`` as JSON; a ``None`` parameter is left out (``limit=None``: no limit)."""
+    def _fields(self, resp: Any, action: str, thread_id: str | None, *keys: str) -> dict[str, Any]:
+        """A 2xx JSON object that carries ``keys`` (an extension's answer)."""
+        data = self._object(resp, action, thread_id)
+        missing = [k for k in keys if k not in data]
+        if missing:
+            raise self._bad(resp, action, f"no {', '.join(map(repr, missing))} in the answer", thread_id)
+        return data
+
+    async def _get_json(
+        self, path: str, action: str, thread_id: str | None = None, *, keys: tuple[str, ...] = (), **params: Any
+    ) -> dict[str, Any]:
+        """GET ``path`` as a JSON object carrying ``keys``; a ``None`` parameter is left out
+        (``limit=None``: no limit)."""
         params = {k: v for k, v in params.items() if v is not None}
         resp = await self._request("GET", path, action=action, params=params)
         if resp.status_code != 200:
             raise self._fail(resp, action, thread_id)
-        return orjson.loads(resp.content)
+        return self._fields(resp, action, thread_id, *keys)
 
-    async def _post_json(self, path: str, action: str, payload: dict[str, Any], thread_id: str | None = None) -> Any:
+    async def _post_json(
+        self, path: str, action: str, payload: dict[str, Any], thread_id: str | None = None, *, keys: tuple[str, ...]
+    ) -> dict[str, Any]:
         resp = await self._request(
             "POST", path, action=action, content=orjson.dumps(payload), headers={"content-type": "application/json"}
         )
-        if resp.status_code >= 300:
+        if not 200 <= resp.status_code < 300:
             raise self._fail(resp, action, thread_id)
-        return orjson.loads(resp.content)
+        return self._fields(resp, action, thread_id, *keys)
 
+    @_bounded
     async def list_threads(self, limit: int | None = 100, pattern: str = "*") -> list[str]:
         await self._gate("list_threads", "list_threads")
-        data = await self._get_json("/threads", "list threads", limit=limit, pattern=pattern)
+        data = await self._get_json("/threads", "list threads", keys=("threads",), limit=limit, pattern=pattern)
         return [str(t) for t in data["threads"]]
 
+    @_bounded
     async def list_with_metadata(self, limit: int | None = 100) -> list[dict[str, Any]]:
         await self._gate("list_with_metadata", "list_with_metadata")
-        return list((await self._get_json("/threads-with-metadata", "list threads", limit=limit))["threads"])
+        data = await self._get_json("/threads-with-metadata", "list threads", keys=("threads",), limit=limit)
+        return list(data["threads"])
 
+    @_bounded
     async def get_metadata(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any] | None:
         await self._gate("metadata_query", "get_metadata")
         params = {"checkpoint_id": checkpoint_id} if checkpoint_id is not None else {}
-        data = await self._get_json(self._t(thread_id) + "/metadata", "read metadata", thread_id, **params)
+        data = await self._get_json(
+            self._t(thread_id) + "/metadata", "read metadata", thread_id, keys=("metadata",), **params
+        )
         meta = data.get("metadata")
         return dict(meta) if isinstance(meta, dict) else None
 
+    @_bounded
     async def query_by_metadata(self, key: str, value: Any, limit: int | None = 100) -> list[dict[str, Any]]:
         await self._gate("metadata_query", "query_by_metadata")
         data = await self._get_json(
-            "/metadata-query", "query metadata", key=key, value=orjson.dumps(value).decode(), limit=limit
+            "/metadata-query",
+            "query metadata",
+            keys=("checkpoints",),
+            key=key,
+            value=orjson.dumps(value).decode(),
+            limit=limit,
         )
         return list(data["checkpoints"])
 
+    @_bounded
     async def search(self, query: str, limit: int | None = 10) -> list[dict[str, Any]]:
         await self._gate("search", "search")
-        return list((await self._get_json("/search", "search", q=query, limit=limit))["hits"])
+        return list((await self._get_json("/search", "search", keys=("hits",), q=query, limit=limit))["hits"])
 
+    @_bounded
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         await self._gate("branching", "copy_thread")
         validate_thread_id(dest_thread_id)
         data = await self._post_json(
-            self._t(source_thread_id) + "/copy", "copy a thread", {"dest_thread_id": dest_thread_id}, source_thread_id
+            self._t(source_thread_id) + "/copy",
+            "copy a thread",
+            {"dest_thread_id": dest_thread_id},
+            source_thread_id,
+            keys=("copied",),
         )
-        return bool(data.get("copied", True))
+        return bool(data["copied"])
 
+    @_bounded
     async def vacuum(self, older_than_days: float = 30) -> int:
         await self._gate("vacuum", "vacuum")
-        data = await self._post_json("/vacuum", "vacuum", {"older_than_days": older_than_days})
+        data = await self._post_json("/vacuum", "vacuum", {"older_than_days": older_than_days}, keys=("removed",))
         return int(data["removed"])

@@ -3,7 +3,7 @@
 The table has tulip's columns, so a tulip agent and tulip_nb share it::
 
     CREATE TABLE `<table>` (
-        thread_id     VARCHAR(768) PRIMARY KEY,   -- the logical key ("ticket-42:<cid>")
+        thread_id     VARCHAR(768) COLLATE utf8mb4_nopad_bin PRIMARY KEY,  -- the logical key ("t:<cid>")
         checkpoint_id VARCHAR(128),
         data          JSON NOT NULL,               -- LONGTEXT + JSON_VALID check on MariaDB
         created_at    TIMESTAMP(6), updated_at TIMESTAMP(6),   -- naive UTC
@@ -12,9 +12,23 @@ The table has tulip's columns, so a tulip agent and tulip_nb share it::
 
 Two differences from the table tulip creates, both invisible to it: the key is
 ``VARCHAR(768)`` (tulip: 512, too short for a long thread id plus ``:<checkpoint id>``) and compares
-bytes (``utf8mb4_bin``; tulip's ``utf8mb4_unicode_ci`` makes ``"Case"`` and ``"case"`` — or
-``"é"`` and ``"e"`` — the same thread). On a table tulip created, keys longer than its column
-raise :class:`~tulip_nb.core.errors.InvalidThreadId`.
+bytes, trailing spaces included: a NO PAD binary collation, ``utf8mb4_nopad_bin`` on MariaDB
+(10.2 and later) or ``utf8mb4_0900_bin`` on MySQL 8. tulip's ``utf8mb4_unicode_ci`` makes ``"Case"``
+and ``"case"`` (or ``"é"`` and ``"e"``) one thread. ``utf8mb4_bin``, which older tulip_nb
+versions used, is PAD SPACE: it makes checkpoint ids ``"c1"`` and ``"c1 "`` one key. The column stays
+text, so tulip reads and writes it as before. On a server with neither collation the key is
+``utf8mb4_bin``, with the checks below.
+
+An existing table keeps working: one tulip created (case-insensitive), one an older tulip_nb
+created (``utf8mb4_bin``), or one on a server without a NO PAD binary collation. Every read
+compares the stored key with the requested one byte for byte. A delete removes only the row with
+exactly that key. A write whose key the column's collation equates with a different stored key
+(``"c1 "`` after ``"c1"``, ``"A"`` after ``"a"``) is rolled back and raises
+:class:`~tulip_nb.core.errors.InvalidThreadId`; it never overwrites the other key's row.
+:meth:`MySQLBackend.migrate_key_column` converts such a table to the NO PAD collation in place. It
+is safe: keys that are distinct under the old collation are distinct byte for byte too, so the
+ALTER cannot meet a duplicate key. After that both ids can be stored. Keys longer than the
+table's column (tulip's is 512) raise :class:`~tulip_nb.core.errors.InvalidThreadId`.
 
 Over those rows, ``list_threads(pattern)`` lists keys (glob, as ``LIKE``), ``vacuum(older_than_days)``
 removes old checkpoints (index and ``:latest`` kept consistent) and rows not written since, and
@@ -66,6 +80,8 @@ T = TypeVar("T")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _RETRY_ERRNOS = {1213, 1205}  # deadlock, lock wait timeout: the transaction is rolled back; re-run it
 _MAX_RETRIES = 20
+# NO PAD binary collations, most preferred first: trailing spaces and case both count
+_NOPAD_BIN = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin")
 
 
 def parse_mysql_dsn(dsn: str) -> dict[str, Any]:
@@ -148,8 +164,13 @@ class _MySQLTxn(Txn):
         if key == self._lock_key:
             return self._locked
         await self._cur.execute(self._backend._sql_select, (key,))
-        row = await self._cur.fetchone()
-        return row[0] if row else None
+        return _exact_data(await self._cur.fetchone(), key)
+
+
+def _exact_data(row: Any, key: str) -> bytes | str | None:
+    """``data`` of a ``(thread_id, data)`` row, only if its key is ``key`` byte for byte (a PAD SPACE
+    or case-insensitive column also returns ``"c1"`` for ``"c1 "``, ``"A"`` for ``"a"``)."""
+    return row[1] if row and _text(row[0]) == key else None
 
 
 class MySQLBackend(KVStore):
@@ -181,13 +202,17 @@ class MySQLBackend(KVStore):
         # connections are bound to their event loop: a pool per loop, the DDL once
         self._pools: PoolPerLoop[_Pool] = PoolPerLoop(self._new_pool, lambda pool: pool.close(), self._create_table)
         self._key_width = 768
+        # what the DDL finds: the key column's collation, and whether it compares bytes exactly
+        self.key_collation: str | None = None
+        self._exact = False  # until the table is inspected: check every key
+        self._nopad: str | None = None
         t = self.table
         cols = "(thread_id, checkpoint_id, data, created_at, updated_at, metadata)"
         upsert = (
             " ON DUPLICATE KEY UPDATE checkpoint_id = VALUES(checkpoint_id), data = VALUES(data), "
             "updated_at = VALUES(updated_at), metadata = VALUES(metadata)"
         )
-        self._sql_select = f"SELECT data FROM {t} WHERE thread_id = %s"
+        self._sql_select = f"SELECT thread_id, data FROM {t} WHERE thread_id = %s"
         self._sql_put = f"INSERT INTO {t} {cols} VALUES (%s, %s, %s, %s, %s, %s)" + upsert
         self._sql_copy = (
             f"INSERT INTO {t} {cols} SELECT %s, %s, data, %s, %s, '{{}}' FROM {t} WHERE thread_id = %s" + upsert
@@ -229,8 +254,15 @@ class MySQLBackend(KVStore):
             cur = await conn.cursor(buffered=True)
             try:
                 await cur.execute(
+                    "SELECT COLLATION_NAME FROM information_schema.COLLATIONS WHERE COLLATION_NAME IN (%s, %s)",
+                    _NOPAD_BIN,
+                )
+                found = {_text(r[0]) for r in await cur.fetchall()}
+                self._nopad = next((c for c in _NOPAD_BIN if c in found), None)
+                await cur.execute(
                     f"""CREATE TABLE IF NOT EXISTS {self.table} (
-                        thread_id VARCHAR(768) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PRIMARY KEY,
+                        thread_id VARCHAR(768) CHARACTER SET utf8mb4 COLLATE {self._nopad or "utf8mb4_bin"}
+                            PRIMARY KEY,
                         checkpoint_id VARCHAR(128),
                         data JSON NOT NULL,
                         created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
@@ -240,16 +272,83 @@ class MySQLBackend(KVStore):
                         KEY `idx_{self.table_name[:52]}_updated` (updated_at DESC)
                     ) ENGINE=InnoDB DEFAULT CHARSET={self._charset} COLLATE={self._collation}"""
                 )
-                await cur.execute(
-                    "SELECT CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS "
-                    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = 'thread_id'",
-                    (self.table_name,),
-                )
-                row = await cur.fetchone()
-                if row and row[0]:
-                    self._key_width = int(row[0])
+                await self._inspect_key_column(cur)
             finally:
                 await cur.close()
+
+    async def _inspect_key_column(self, cur: Any) -> None:
+        await cur.execute(
+            "SELECT CHARACTER_MAXIMUM_LENGTH, COLLATION_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = 'thread_id'",
+            (self.table_name,),
+        )
+        row = await cur.fetchone()
+        if not row:
+            return
+        if row[0]:
+            self._key_width = int(row[0])
+        collation = _text(row[1]) if row[1] is not None else None
+        self.key_collation = collation
+        self._exact = _text(row[2]).lower() == "varbinary" or (
+            collation is not None and (collation in _NOPAD_BIN or collation.endswith("_nopad_bin"))
+        )
+
+    @property
+    def byte_exact_keys(self) -> bool:
+        """Whether the table's key column itself compares bytes (known after :meth:`setup`). When
+        it does not, every read and write checks the key (see the module docstring)."""
+        return self._exact
+
+    async def migrate_key_column(self) -> bool:
+        """Make an existing table's key column byte-exact: ``ALTER TABLE … MODIFY thread_id …
+        COLLATE utf8mb4_nopad_bin`` (or ``utf8mb4_0900_bin``). Returns False if it already was.
+
+        Safe on any table this layout uses: a finer comparison cannot merge two stored keys, and tulip
+        reads the column as before. The ALTER rebuilds the table (it blocks writers while it runs).
+        """
+        pool = await self._pools.get()
+        if self._exact:
+            return False
+        if self._nopad is None:
+            raise BackendUnavailable(
+                "MySQLBackend: this server has no NO PAD binary collation (utf8mb4_nopad_bin, "
+                "utf8mb4_0900_bin); keys stay checked byte for byte on every read and write"
+            )
+        async with self._errors(), pool.acquire() as conn:
+            cur = await conn.cursor(buffered=True)
+            try:
+                await cur.execute(
+                    f"ALTER TABLE {self.table} MODIFY thread_id VARCHAR({self._key_width}) "
+                    f"CHARACTER SET utf8mb4 COLLATE {self._nopad} NOT NULL"
+                )
+                await self._inspect_key_column(cur)
+            finally:
+                await cur.close()
+        return True
+
+    async def _stored_key(self, cur: Any, key: str, *, lock: bool = False) -> str | None:
+        """The stored key the column's collation equates with ``key`` (``None``: no such row)."""
+        await cur.execute(
+            f"SELECT thread_id FROM {self.table} WHERE thread_id = %s" + (" FOR UPDATE" if lock else ""), (key,)
+        )
+        row = await cur.fetchone()
+        return _text(row[0]) if row else None
+
+    async def _check_written(self, cur: Any, key: str) -> None:
+        """After an upsert on a column that is not byte-exact: did it land on ``key``'s own row?"""
+        if self._exact:
+            return
+        stored = await self._stored_key(cur, key)
+        if stored is not None and stored != key:
+            raise self._collision(key, stored)
+
+    def _collision(self, key: str, stored: str) -> InvalidThreadId:
+        return InvalidThreadId(
+            f"key {key!r} and the stored key {stored!r} are one key in table {self.table_name!r}: its "
+            f"thread_id column's collation ({self.key_collation}) ignores trailing spaces or case. "
+            "Nothing was written. MySQLBackend.migrate_key_column() makes the column byte-exact",
+            path=key[:200],
+        )
 
     def _check_key(self, key: str) -> None:
         if len(key) > self._key_width:
@@ -267,8 +366,7 @@ class MySQLBackend(KVStore):
             return None
         async with self._cursor(key) as cur:
             await cur.execute(self._sql_select, (key,))
-            row = await cur.fetchone()
-        return row[0] if row else None
+            return _exact_data(await cur.fetchone(), key)
 
     async def get_many(self, keys: list[str]) -> list[bytes | str | None]:
         found: dict[str, Any] = {}
@@ -313,7 +411,9 @@ class MySQLBackend(KVStore):
             if not created:
                 await cur.execute(self._sql_select + " FOR UPDATE", (lock_key,))
                 row = await cur.fetchone()
-                locked = row[0] if row else None
+                if row and _text(row[0]) != lock_key:
+                    raise self._collision(lock_key, _text(row[0]))
+                locked = row[1] if row else None
             txn = _MySQLTxn(self, cur, lock_key, locked)
             result = await body(txn)
             for op in txn.ops:
@@ -322,12 +422,16 @@ class MySQLBackend(KVStore):
                         self._check_key(key)
                         now = _naive_utc()
                         await cur.execute(self._sql_put, (key, uuid.uuid4().hex, _text(value), now, now, _text(meta)))
+                        await self._check_written(cur, key)
                     case Copy(source, dest):
                         self._check_key(dest)
-                        now = _naive_utc()
-                        await cur.execute(self._sql_copy, (dest, uuid.uuid4().hex, now, now, source))
+                        if self._exact or await self._stored_key(cur, source) == source:
+                            now = _naive_utc()
+                            await cur.execute(self._sql_copy, (dest, uuid.uuid4().hex, now, now, source))
+                            await self._check_written(cur, dest)
                     case Delete(key):
-                        await cur.execute(self._sql_delete, (key,))
+                        if self._exact or await self._stored_key(cur, key, lock=True) == key:
+                            await cur.execute(self._sql_delete, (key,))
             if created and not txn.writes(lock_key):
                 await cur.execute(self._sql_delete, (lock_key,))
             await cur.execute("COMMIT")
@@ -342,7 +446,7 @@ class MySQLBackend(KVStore):
             await cur.execute(
                 f"SELECT thread_id FROM {self.table} WHERE RIGHT(thread_id, %s) = %s", (len(INDEX_SUFFIX), INDEX_SUFFIX)
             )
-            return [_text(r[0]) for r in await cur.fetchall()]
+            return [k for r in await cur.fetchall() if (k := _text(r[0])).endswith(INDEX_SUFFIX)]
 
     async def keys(self, pattern: str = "*") -> list[str]:
         like = "%" if "[" in pattern else glob_to_like(pattern)

@@ -1,9 +1,15 @@
 """RedisBackend: tulip's key-value layout on Redis (redis-py asyncio).
 
 Every logical key is stored as a Redis string ``<prefix><key>`` holding compact JSON (default
-prefix ``tulip:state:``, as in tulip). A save is one ``WATCH <index>`` / ``MULTI`` / ``EXEC``: if
-another process changes the thread's index between our read and our write, Redis aborts the
-``EXEC`` and the save re-runs (and a compare-and-swap save then sees the new latest and raises
+prefix ``tulip:state:``, as in tulip). A prefix that does not end in ``:`` gets one appended
+(``prefix="trial"`` stores under ``trial:``), as :class:`~tulip_nb.memory.backends.S3Backend` appends
+``/``: otherwise ``prefix="trial"`` would list, vacuum and search the threads stored under
+``prefix="trialx"``. ``prefix=""`` stays empty (the whole database). A tulip agent sharing the keys
+must be given the prefix *with* its ``:`` (tulip joins the prefix and the key as they are).
+
+A save is one ``WATCH <index>`` / ``MULTI`` / ``EXEC``: if another process changes the thread's
+index between our read and our write, Redis aborts the ``EXEC`` and the save re-runs (and a
+compare-and-swap save then sees the new latest and raises
 :class:`~tulip_nb.core.errors.CheckpointConflict`). ``:latest`` is written with ``COPY``, server
 side, so the state's bytes cross the network once.
 
@@ -44,6 +50,8 @@ __all__ = ["RedisBackend"]
 
 T = TypeVar("T")
 _MAX_RETRIES = 1000
+PREFIX_SEPARATOR = ":"
+"""Appended to a ``prefix`` that does not already end with it."""
 
 
 def _glob_escape(text: str) -> str:
@@ -63,7 +71,16 @@ class _RedisTxn(Txn):
 
 
 class RedisBackend(KVStore):
-    """Stores JSON values under ``<prefix><key>`` in one Redis database."""
+    """Stores JSON values under ``<prefix><key>`` in one Redis database.
+
+    Args:
+        url: ``redis://host:port/db`` (or ``rediss://``).
+        prefix: the key namespace, default ``"tulip:state:"`` (tulip's). A non-empty prefix not
+            ending in ``":"`` gets one appended, so that no prefix is a prefix of another's keys
+            (``"trial"`` and ``"trialx"`` become ``"trial:"`` and ``"trialx:"``).
+        ttl_seconds: expire every key of a thread this long after its last save (``None``: never).
+        socket_timeout: seconds for connecting and for each command.
+    """
 
     backend_name = "RedisBackend"
 
@@ -79,6 +96,8 @@ class RedisBackend(KVStore):
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise ValueError("ttl_seconds must be positive (or None for no expiry)")
         self.url = url
+        if prefix and not prefix.endswith(PREFIX_SEPARATOR):
+            prefix += PREFIX_SEPARATOR  # "trial" must not be a prefix of "trialx"'s keys
         self.prefix = prefix
         self.ttl_seconds = ttl_seconds
         # a blocking pool: under a burst of concurrent saves, wait for a connection, never fail
