@@ -19,8 +19,8 @@ live; the modules that write or read a key import it from here.
 - :data:`COPIED_FROM_KEY` -- a copied checkpoint's original thread and id (``copy_thread``);
 - :data:`REPLAY_STEP_KEY` -- a replay branch's first checkpoint: the replayed step it left at;
 - :data:`FORK_INDEX_KEY` -- a branch's first checkpoint: the source message index it was cut at;
-- :data:`HASH_KEY`, :data:`PARENT_HASH_KEY`, :data:`ALG_KEY` -- the integrity chain
-  (``tulip_nb.memory.integrity``);
+- :data:`HASH_KEY`, :data:`PARENT_HASH_KEY`, :data:`ALG_KEY`, :data:`SEQ_KEY`,
+  :data:`CREATED_AT_KEY` -- the integrity chain (``tulip_nb.memory.integrity``);
 - :data:`PRUNED_KEY` -- a checkpoint whose parent a prune or vacuum removed: what was cut
   (``tulip_nb.memory.retention``);
 - :data:`MESSAGES_KEY` -- how many messages the state holds and a digest of them, so a listing
@@ -53,6 +53,7 @@ __all__ = [
     "ALG_KEY",
     "CLEARED_KEY",
     "COPIED_FROM_KEY",
+    "CREATED_AT_KEY",
     "EVENTS_KEY",
     "FORKED_FROM_KEY",
     "FORK_INDEX_KEY",
@@ -70,6 +71,7 @@ __all__ = [
     "REPLAY_STEP_KEY",
     "RUN_ID_KEY",
     "RUN_KEY",
+    "SEQ_KEY",
     "SOURCE_KEY",
     "STATE_KEY",
     "SUMMARY_KEY",
@@ -143,7 +145,19 @@ PARENT_HASH_KEY = "tulip_nb_parent_hash"
 """Save-metadata key: the hash of the checkpoint this one chains to."""
 
 ALG_KEY = "tulip_nb_hash_alg"
-"""Save-metadata key: the chain's algorithm (``"sha256-chain/1"``)."""
+"""Save-metadata key: the chain's algorithm (``"sha256-chain/2"``; ``"sha256-chain/1"`` before
+``tulip_nb_seq`` and ``tulip_nb_created_at`` existed, still verified)."""
+
+SEQ_KEY = "tulip_nb_seq"
+"""Save-metadata key of a signed (``sha256-chain/2``) save: the thread's running count of saves,
+the latest checkpoint's ``tulip_nb_seq`` + 1 (1 for a new thread, or after a latest without one).
+Hashed; lets :func:`~tulip_nb.memory.integrity.verify_thread` see a checkpoint copied over another
+(two claim one seq), a gap in the save order, and, with an anchor, a rollback of the newest."""
+
+CREATED_AT_KEY = "tulip_nb_created_at"
+"""Save-metadata key of a signed (``sha256-chain/2``) save: its ``created_at`` as ISO 8601 with
+``+00:00``. Hashed, so the checkpoint's ``created_at`` is bound by the hash: verify reports a
+``created_at`` that differs from it. A copy, an import and an export keep ``created_at`` verbatim."""
 
 MESSAGES_KEY = "tulip_nb_messages"
 """Save-metadata key every tulip_nb save writes: ``{"n": n, "sha": "<32 hex>"}``, the number of messages in the

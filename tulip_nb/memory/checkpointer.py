@@ -66,7 +66,16 @@ from types import TracebackType
 from typing import Any
 
 from tulip_nb.core.errors import CapabilityNotSupported, InvalidThreadId
-from tulip_nb.core.keys import ALG_KEY, HASH_KEY, MESSAGES_KEY, PARENT_HASH_KEY, PARENT_KEY
+from tulip_nb.core.keys import (
+    ALG_KEY,
+    CREATED_AT_KEY,
+    HASH_KEY,
+    MESSAGES_KEY,
+    PARENT_HASH_KEY,
+    PARENT_KEY,
+    PRUNED_KEY,
+    SEQ_KEY,
+)
 from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory._signing import running_digest, sign_metadata
 
@@ -205,6 +214,7 @@ def save_metadata(
     thread_id: str | None = None,
     cache: MessageBlobCache | None = None,
     sign: bool = True,
+    created_at: datetime | None = None,
 ) -> dict[str, Any]:
     """The save metadata to store: the caller's keys plus ``parent_checkpoint_id``, signed.
 
@@ -217,6 +227,10 @@ def save_metadata(
 
         meta = save_metadata(metadata, latest_id, state=state, parent_metadata=latest_meta,
                              thread_id=thread_id, sign=self.sign)
+
+    Pass the ``created_at`` the backend will store with the checkpoint (exactly that value): the
+    hash then binds it (``tulip_nb_created_at``); without it a ``created_at`` edit goes unseen.
+    The signed metadata also gets ``tulip_nb_seq``, the latest's + 1.
 
     ``sign=False`` (each built-in checkpointer takes it as a constructor argument) stores no hash
     keys, for benchmarks or a store whose writers are all trusted; such saves verify as
@@ -237,21 +251,29 @@ def save_metadata(
             cache=cache,
             sign=sign,
             messages_sha=sha,
+            created_at=created_at,
         )
     return out
 
 
-ADDED_KEYS = frozenset((MESSAGES_KEY, HASH_KEY, PARENT_HASH_KEY, ALG_KEY))
+ADDED_KEYS = frozenset((MESSAGES_KEY, HASH_KEY, PARENT_HASH_KEY, ALG_KEY, SEQ_KEY, CREATED_AT_KEY))
 """The save-metadata keys every tulip_nb save adds on its own (the message mark, the hash chain)."""
 
 
 def caller_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     """The save metadata without :data:`ADDED_KEYS`: what the caller and the lineage put there.
 
+    A prune record (``tulip_nb_pruned``) keeps its lineage (``parent``, ``dropped``) without the
+    hashes it carries: hashes bind ``created_at``, so the same saves in two stores differ there.
+
     >>> caller_metadata({"k": 1, "parent_checkpoint_id": None, "tulip_nb_messages": {"n": 2, "sha": "ab"}})
     {'k': 1, 'parent_checkpoint_id': None}
     """
-    return {k: v for k, v in (metadata or {}).items() if k not in ADDED_KEYS}
+    out = {k: v for k, v in (metadata or {}).items() if k not in ADDED_KEYS}
+    pruned = out.get(PRUNED_KEY)
+    if isinstance(pruned, Mapping):
+        out[PRUNED_KEY] = {k: v for k, v in pruned.items() if k not in ("parent_hash", "base_hash")}
+    return out
 
 
 def messages_mark(count: int, digest: bytes) -> dict[str, Any]:

@@ -1,24 +1,63 @@
-"""Tamper-evident threads: verify that a thread is exactly what was saved.
+"""Tamper-evident threads: verify that a thread is exactly what was saved, and what that cannot show.
 
 Every tulip_nb save signs the checkpoint: its save metadata carries ``tulip_nb_hash``, a sha256 over
 the checkpoint's canonical content (the whole state and the caller's save metadata) and over its
 parent's hash, ``tulip_nb_parent_hash``, so the hashes form a chain along the thread's lineage.
-Editing one byte of a checkpoint's messages, counters or metadata makes its hash disagree with its
-content; deleting, re-ordering or swapping checkpoints breaks the chain at the next one.
-(What is hashed, and why ids and timestamps are not: :mod:`tulip_nb.memory._signing`.)
+Since ``sha256-chain/2`` the hashed metadata also holds ``tulip_nb_created_at`` (the checkpoint's
+``created_at``) and ``tulip_nb_seq`` (the thread's running count of saves: the latest's + 1).
+(What is hashed, and why ids are not: :mod:`tulip_nb.memory._signing`.) Checkpoints signed with
+``sha256-chain/1`` verify under ``/1`` rules: their ``created_at`` and save order are not bound.
 
 :func:`verify_thread` recomputes every hash from scratch and reports, checkpoint by checkpoint
 (oldest first), one of:
 
 ==================  ===========================================================================
 ``ok``              the content matches its hash and the hash chains to the parent's
-``mismatch``        the content no longer matches the stored hash (edited after the save)
+``mismatch``        the content no longer matches the stored hash (edited after the save), or
+                    ``created_at`` differs from the signed ``tulip_nb_created_at``, or the hash
+                    keys were removed and the remaining tulip_nb marks contradict the content
 ``broken_chain``    the recorded parent hash is not the parent's hash (parent edited, removed,
-                    replaced), or the parent is signed and the link was not recorded
+                    replaced), or the parent is signed and the link was not recorded, or the
+                    save order (``tulip_nb_seq``) does not fit: two identical checkpoints claim
+                    one seq (a copy), or it skips saves with no prune record in the thread
 ``unsigned``        no hash at all: written by tulip, by tulip_nb before signing existed, or by a
-                    checkpointer built with ``sign=False``
+                    checkpointer built with ``sign=False`` (or its hash keys were removed and
+                    nothing left contradicts its content: the detail says "hash keys removed")
 ``unreadable``      the checkpoint cannot be loaded
 ==================  ===========================================================================
+
+and, with ``expect=`` (an anchor recorded elsewhere: the latest ``tulip_nb_hash`` or
+``tulip_nb_seq``), :attr:`ThreadVerification.anchor`: ``ok``, or ``rolled_back`` when the thread
+no longer reaches the anchor.
+
+**Detected:**
+
+- an edit of a signed checkpoint's messages, state, save metadata or (``/2``) ``created_at``;
+- a checkpoint removed from the middle of the chain (its child's parent hash), re-ordered or
+  swapped checkpoints, and (``/2``) a removed checkpoint nothing chains to (a gap in
+  ``tulip_nb_seq``, e.g. another branch's leaf);
+- (``/2``) a checkpoint copied over another, e.g. an older one over the newest: with its own
+  ``created_at`` two checkpoints claim one seq (the copy, the one no checkpoint chains to, is
+  ``broken_chain``); moved to the replaced one's ``created_at`` it is a ``mismatch``;
+- an edited checkpoint whose hash keys were stripped, in a thread with signed checkpoints, even
+  with ``strict=False``: as the parent of a signed checkpoint its child is ``broken_chain``; as the
+  newest it is a ``mismatch`` when its ``tulip_nb_messages`` mark no longer matches its messages or
+  its ``tulip_nb_created_at`` its ``created_at``;
+- a rollback (the newest checkpoints deleted, or the whole thread) below an ``expect=`` anchor.
+
+**Not detected:**
+
+- a rollback of the newest checkpoints without an anchor: what remains is a consistent, older
+  thread (keep the latest hash or seq elsewhere, e.g. with an
+  :class:`~tulip_nb.memory.audit.AuditTrail` entry, and pass it as ``expect=``);
+- the newest checkpoint with its hash keys *and* tulip_nb marks removed (``tulip_nb_messages``,
+  ``tulip_nb_seq``, ``tulip_nb_created_at``): it looks like a save by tulip, which continues
+  tulip_nb threads legitimately; ``strict=True`` reports every unsigned checkpoint after a signed
+  one; and an edit of anything but its messages and ``created_at`` once its hash keys are gone;
+- a seq gap in a thread that holds a prune record (a prune does not record which saves it cut);
+  a copy across a restart of the count (after a checkpoint without a seq);
+- on ``/1`` checkpoints: ``created_at`` edits, copies over the newest, seq gaps;
+- anyone who recomputes the hashes: the chain is not a signature with a secret key.
 
 Unsigned checkpoints are not failures (tulip writes them); with ``strict=True`` an unsigned
 checkpoint that follows signed ones is one (its hash may have been stripped). A checkpoint whose
@@ -30,13 +69,11 @@ parent a prune or vacuum removed carries a record of the cut (``tulip_nb_pruned`
     >>> from tulip_nb.memory.backends import MemoryCheckpointer
     >>> cp = MemoryCheckpointer()
     >>> _ = asyncio.run(cp.save(AgentState(messages=[Message.user("Refund ord-4821?")]), "t"))
-    >>> report = asyncio.run(verify_thread(cp, "t"))
+    >>> report = asyncio.run(verify_thread(cp, "t", expect=1))
     >>> report.ok, report.counts()
     (True, {'ok': 1})
-
-The hashes protect against edits by anything that does not recompute them (a bug, a tool, a hand
-edit, a partial restore); someone rewriting a whole thread can recompute the chain, so anchor the
-latest hash elsewhere (an :class:`~tulip_nb.memory.audit.AuditTrail` entry, say) when that matters.
+    >>> asyncio.run(verify_thread(cp, "t", expect=2)).anchor.status
+    'rolled_back'
 """
 
 from __future__ import annotations
@@ -47,19 +84,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from tulip_nb.core.keys import PRUNED_KEY
+from tulip_nb.core import parse_datetime
+from tulip_nb.core.keys import CREATED_AT_KEY, MESSAGES_KEY, PARENT_KEY, PRUNED_KEY, SEQ_KEY
 from tulip_nb.core.state import MessageBlobCache
 from tulip_nb.memory._signing import (
     ALG,
     ALG_KEY,
+    ALGS,
     HASH_KEY,
     PARENT_HASH_KEY,
     checkpoint_hash,
 )
-from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
+from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, messages_mark
 
 __all__ = [
     "ALG",
+    "ALGS",
     "ALG_KEY",
     "HASH_KEY",
     "PARENT_HASH_KEY",
@@ -71,8 +111,8 @@ __all__ = [
     "verify_thread",
 ]
 
-Status = Literal["ok", "mismatch", "broken_chain", "unsigned", "unreadable"]
-FAILURES: frozenset[str] = frozenset(("mismatch", "broken_chain", "unreadable"))
+Status = Literal["ok", "mismatch", "broken_chain", "unsigned", "unreadable", "rolled_back"]
+FAILURES: frozenset[str] = frozenset(("mismatch", "broken_chain", "unreadable", "rolled_back"))
 
 
 @dataclass(frozen=True)
@@ -98,20 +138,24 @@ class ThreadVerification:
 
     thread_id: str
     verdicts: list[CheckpointVerdict] = field(default_factory=list)
+    anchor: CheckpointVerdict | None = None
+    """The check against ``verify_thread(..., expect=)`` (None without an anchor): ``ok``, or
+    ``rolled_back`` on the thread's newest checkpoint (id ``""`` when the thread is empty)."""
 
     @property
     def ok(self) -> bool:
-        """No checkpoint failed (unsigned ones do not count as failures)."""
+        """No checkpoint failed (unsigned ones do not count as failures), nor the anchor check."""
         return self.first_failure is None
 
     @property
     def first_failure(self) -> CheckpointVerdict | None:
-        """The oldest failing checkpoint: where the thread stops being trustworthy."""
-        return next((v for v in self.verdicts if v.failed), None)
+        """The oldest failing checkpoint: where the thread stops being trustworthy (else a failed anchor)."""
+        return next((v for v in self.failures), None)
 
     @property
     def failures(self) -> list[CheckpointVerdict]:
-        return [v for v in self.verdicts if v.failed]
+        out = [v for v in self.verdicts if v.failed]
+        return [*out, self.anchor] if self.anchor is not None and self.anchor.failed else out
 
     def counts(self) -> dict[str, int]:
         """How many checkpoints got each status."""
@@ -128,12 +172,13 @@ class ThreadVerification:
 
 
 def unsigned_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The save metadata without the three hash keys (what the caller and the lineage put there).
+    """The save metadata without the hash keys, seq and signed stamp (what the caller and the lineage put there).
 
     >>> unsigned_metadata({"k": 1, "tulip_nb_hash": "ab", "tulip_nb_parent_hash": None, "tulip_nb_hash_alg": ALG})
     {'k': 1}
     """
-    return {k: v for k, v in (metadata or {}).items() if k not in (HASH_KEY, PARENT_HASH_KEY, ALG_KEY)}
+    dropped = (HASH_KEY, PARENT_HASH_KEY, ALG_KEY, SEQ_KEY, CREATED_AT_KEY)
+    return {k: v for k, v in (metadata or {}).items() if k not in dropped}
 
 
 def recompute_hash(ckpt: Checkpoint | tuple[Any, Mapping[str, Any]]) -> str | None:
@@ -145,7 +190,10 @@ def recompute_hash(ckpt: Checkpoint | tuple[Any, Mapping[str, Any]]) -> str | No
     if not isinstance(meta.get(HASH_KEY), str):
         return None
     parent_hash = meta.get(PARENT_HASH_KEY)
-    return checkpoint_hash(state, meta, parent_hash if isinstance(parent_hash, str) else None)
+    alg = meta.get(ALG_KEY)
+    return checkpoint_hash(
+        state, meta, parent_hash if isinstance(parent_hash, str) else None, alg=alg if alg in ALGS else ALG
+    )
 
 
 async def _parent_metadata(
@@ -168,13 +216,23 @@ async def _parent_metadata(
 
 
 async def verify_thread(
-    checkpointer: BaseCheckpointer, thread_id: str, *, limit: int = 1_000_000, strict: bool = False
+    checkpointer: BaseCheckpointer,
+    thread_id: str,
+    *,
+    limit: int = 1_000_000,
+    strict: bool = False,
+    expect: str | int | None = None,
 ) -> ThreadVerification:
     """Recompute every checkpoint's hash and check the chain; see the module docstring.
 
     Loads each checkpoint of ``thread_id`` (at most ``limit``, the newest) once; when the thread
     has more, the oldest one checked is not linked to its (unchecked) parent. Backends that keep
     the save metadata twice (a listing index and the record) must agree on the hash as well.
+
+    ``expect`` is an anchor recorded outside the store: a ``tulip_nb_hash`` (the thread must still
+    hold that checkpoint, or a prune record of it) or a ``tulip_nb_seq`` (the newest checkpoint's
+    seq must be at least that). Otherwise :attr:`ThreadVerification.anchor` is ``rolled_back``:
+    the newest checkpoints were removed, which the remaining chain alone cannot show.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # unreadable files are reported below, not warned about
@@ -184,6 +242,7 @@ async def verify_thread(
     # memory and time stay linear in the thread's length (no state is held after its hash).
     content: dict[str, CheckpointVerdict | None] = {}
     metas: dict[str, Mapping[str, Any]] = {}
+    stripped: dict[str, str] = {}  # unsigned checkpoints whose tulip_nb marks contradict their content
     digests = MessageBlobCache(capacity=1)  # consecutive checkpoints extend each other: hash the new messages only
     for info in infos:
         cid = info.checkpoint_id
@@ -196,7 +255,13 @@ async def verify_thread(
             content[cid] = CheckpointVerdict(cid, "unreadable", "listed but missing", info.created_at)
             continue
         metas[cid] = ckpt.metadata or info.metadata
-        content[cid] = _content_verdict(info, ckpt, metas[cid], digests.digest(thread_id, ckpt.state.messages))
+        sha = digests.digest(thread_id, ckpt.state.messages)
+        content[cid] = _content_verdict(info, ckpt, metas[cid], sha)
+        if metas[cid].get(HASH_KEY) is None:
+            edit = _stripped_edit(info, ckpt, metas[cid], sha)
+            if edit:
+                stripped[cid] = edit
+    any_signed = any(isinstance(m.get(HASH_KEY), str) for m in metas.values())
     # Pass 2 checks the links, from the metadata alone.
     verdicts: list[CheckpointVerdict] = []
     complete = len(infos) < limit
@@ -208,10 +273,141 @@ async def verify_thread(
             verdict = await _link_verdict(checkpointer, info, metas, seen_signed=seen_signed, strict=strict)
         if not complete and verdict.status == "broken_chain" and "is not in the thread" in verdict.detail:
             verdict = CheckpointVerdict(cid, "ok", "parent older than the limit, not checked", verdict.created_at)
+        if verdict.status == "unsigned" and any_signed and cid in stripped:
+            verdict = CheckpointVerdict(cid, "mismatch", stripped[cid], verdict.created_at)
+        elif verdict.status == "unsigned" and cid in metas and _carries_signed_keys(metas[cid]):
+            verdict = CheckpointVerdict(
+                cid, "unsigned", "hash keys removed (its marks still match)", verdict.created_at
+            )
         verdicts.append(verdict)
         if cid in metas:
             seen_signed = seen_signed or isinstance(metas[cid].get(HASH_KEY), str)
-    return ThreadVerification(thread_id, verdicts)
+    # Pass 3 checks the save order (tulip_nb_seq), then the anchor.
+    verdicts = _seq_verdicts(infos, verdicts, metas, complete=complete)
+    anchor = None if expect is None else _anchor_verdict(infos, metas, expect)
+    return ThreadVerification(thread_id, verdicts, anchor)
+
+
+def _seq(meta: Mapping[str, Any] | None) -> int | None:
+    seq = meta.get(SEQ_KEY) if meta is not None else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
+def _carries_signed_keys(meta: Mapping[str, Any]) -> bool:
+    """Whether an unsigned checkpoint carries keys only a signing save writes (its hash was stripped)."""
+    return SEQ_KEY in meta or CREATED_AT_KEY in meta or ALG_KEY in meta or PARENT_HASH_KEY in meta
+
+
+def _stamp_problem(info: CheckpointInfo, ckpt: Checkpoint, stamp: Any) -> str:
+    """Why ``created_at`` disagrees with the signed ``tulip_nb_created_at`` ("" when it agrees)."""
+    try:
+        signed = parse_datetime(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        signed = None
+    if signed is None:
+        return f"unreadable {CREATED_AT_KEY}={stamp!r}"
+    for where, at in (("", ckpt.created_at), ("the listing's ", info.created_at)):
+        if at != signed:
+            return f"{where}created_at is {at.isoformat()}, signed {stamp}"
+    return ""
+
+
+def _stripped_edit(info: CheckpointInfo, ckpt: Checkpoint, meta: Mapping[str, Any], messages_sha: bytes) -> str:
+    """For an unsigned checkpoint: why its tulip_nb marks say it was edited ("" when they agree).
+
+    ``tulip_nb_messages`` (every tulip_nb save) must match its messages, and ``tulip_nb_created_at``
+    (only a signed save writes it) its ``created_at``.
+    """
+    mark = meta.get(MESSAGES_KEY)
+    if mark is not None and mark != messages_mark(len(ckpt.state.messages), messages_sha):
+        return f"hash keys removed, and the messages no longer match {MESSAGES_KEY}"
+    stamp = meta.get(CREATED_AT_KEY)
+    if stamp is not None and (problem := _stamp_problem(info, ckpt, stamp)):
+        return f"hash keys removed, and {problem}"
+    return ""
+
+
+def _seq_verdicts(
+    infos: list[CheckpointInfo],
+    verdicts: list[CheckpointVerdict],
+    metas: dict[str, Mapping[str, Any]],
+    *,
+    complete: bool,
+) -> list[CheckpointVerdict]:
+    """Check ``tulip_nb_seq`` along the save order; turn ok/unsigned verdicts that break it into failures.
+
+    Within a run of checkpoints that carry a seq: no two with one hash claim the same seq (a copy
+    of a checkpoint, e.g. an older one copied over the newest), and a gap (a checkpoint removed
+    from the middle of the save order) is a failure unless the thread holds a prune record. Two
+    different checkpoints with one seq are saves after the same latest (a crashed save's retry).
+    A checkpoint without a seq (tulip, unsigned, ``/1``) ends a run; the next save restarts at 1.
+    """
+    pruned = any(PRUNED_KEY in m for m in metas.values())
+    named = {m.get(PARENT_KEY) for m in metas.values()}  # the ids some checkpoint chains to
+    claims: dict[int, int] = {}  # seq -> index in out
+    last: int | None = None
+    out: list[CheckpointVerdict] = list(verdicts)
+
+    def fail(i: int, problem: str) -> None:
+        if out[i].status in ("ok", "unsigned"):
+            out[i] = CheckpointVerdict(infos[i].checkpoint_id, "broken_chain", problem, out[i].created_at)
+
+    for n, info in enumerate(infos):
+        cid = info.checkpoint_id
+        seq = _seq(metas.get(cid))
+        if seq is None:
+            if cid in metas:
+                last = None  # a run ends (a restart at 1 follows)
+            continue
+        if last is None and seq == 1:
+            claims = {}  # a new run
+        if seq in claims:
+            k = claims[seq]
+            other = infos[k].checkpoint_id
+            if metas[cid].get(HASH_KEY) == metas[other].get(HASH_KEY):
+                # the copy is the one nothing chains to (the original has its child), else the later one
+                copy, original = (k, n) if other not in named and cid in named else (n, k)
+                fail(copy, f"{SEQ_KEY} {seq} is not unique: a copy of {infos[original].checkpoint_id}")
+            # different checkpoints with one seq: saves after the same latest (a save a crash left
+            # unacknowledged, then its retry), two children of one parent: not a failure
+            continue
+        if last is not None and seq > last + 1 and not pruned:
+            fail(n, f"{SEQ_KEY} jumps from {last} to {seq}: {seq - last - 1} saves missing (no prune record)")
+        elif last is None and seq != 1 and n == 0 and complete and not pruned:
+            fail(n, f"{SEQ_KEY} {seq} on the oldest checkpoint: {seq - 1} older saves are missing")
+        claims[seq] = n
+        last = seq if last is None else max(last, seq)
+    return out
+
+
+def _anchor_verdict(
+    infos: list[CheckpointInfo], metas: dict[str, Mapping[str, Any]], expect: str | int
+) -> CheckpointVerdict:
+    """``verify_thread(..., expect=)``: does the thread still reach the anchored save?"""
+    newest = infos[-1] if infos else None
+    cid, when = (newest.checkpoint_id, newest.created_at) if newest is not None else ("", None)
+    if isinstance(expect, int) and not isinstance(expect, bool):
+        seqs = [s for s in (_seq(m) for m in metas.values()) if s is not None]
+        top = max(seqs, default=None)
+        if top is None:
+            return CheckpointVerdict(cid, "rolled_back", f"anchored {SEQ_KEY} {expect}, no checkpoint has one", when)
+        if top < expect:
+            return CheckpointVerdict(
+                cid,
+                "rolled_back",
+                f"newest {SEQ_KEY} is {top}, anchored {expect}: {expect - top} newest saves removed",
+                when,
+            )
+        return CheckpointVerdict(cid, "ok", f"reaches the anchored {SEQ_KEY} {expect}", when)
+    if not isinstance(expect, str):
+        raise TypeError(f"expect must be a tulip_nb_hash (str) or a tulip_nb_seq (int), got {type(expect).__name__}")
+    for m in metas.values():
+        if m.get(HASH_KEY) == expect:
+            return CheckpointVerdict(cid, "ok", "holds the anchored checkpoint", when)
+        rec = m.get(PRUNED_KEY)
+        if isinstance(rec, Mapping) and expect in (rec.get("parent_hash"), rec.get("base_hash")):
+            return CheckpointVerdict(cid, "ok", "the anchored checkpoint was pruned", when)
+    return CheckpointVerdict(cid, "rolled_back", f"no checkpoint has the anchored hash {expect}", when)
 
 
 def _pruned_verdict(
@@ -253,17 +449,21 @@ def _content_verdict(
     stored = meta.get(HASH_KEY)
     if stored is None:
         return CheckpointVerdict(cid, "unsigned", "", when)
-    if not isinstance(stored, str) or meta.get(ALG_KEY) != ALG:
-        return CheckpointVerdict(cid, "mismatch", f"unknown hash {ALG_KEY}={meta.get(ALG_KEY)!r}", when)
+    alg = meta.get(ALG_KEY)
+    if not isinstance(stored, str) or alg not in ALGS:
+        return CheckpointVerdict(cid, "mismatch", f"unknown hash {ALG_KEY}={alg!r}", when)
     listed = info.metadata.get(HASH_KEY)
     if listed is not None and listed != stored:
         return CheckpointVerdict(cid, "mismatch", "the listing's hash differs from the record's", when)
     parent_hash = meta.get(PARENT_HASH_KEY)
     actual = checkpoint_hash(
-        ckpt.state, meta, parent_hash if isinstance(parent_hash, str) else None, messages_sha=messages_sha
+        ckpt.state, meta, parent_hash if isinstance(parent_hash, str) else None, messages_sha=messages_sha, alg=alg
     )
     if actual != stored:
         return CheckpointVerdict(cid, "mismatch", f"content hashes to {actual}, stored {stored}", when)
+    stamp = meta.get(CREATED_AT_KEY)
+    if stamp is not None and (problem := _stamp_problem(info, ckpt, stamp)):
+        return CheckpointVerdict(cid, "mismatch", problem, when)
     return None
 
 

@@ -78,6 +78,7 @@ def prepare_save(
         thread_id=thread_id,
         cache=cache,
         sign=sign,
+        created_at=created,
     )
     return SavePlan(latest_id, created, meta)
 

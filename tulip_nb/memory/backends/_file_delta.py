@@ -42,6 +42,7 @@ from tulip_nb.memory.backends._delta_codec import state_of
 from tulip_nb.memory.backends._delta_compact import reclaimable
 from tulip_nb.memory.backends._delta_log import AUTO, LOG_NAME, DeltaLog, ForeignBase, Header
 from tulip_nb.memory.backends._file_index import safe_name, unavailable
+from tulip_nb.memory.backends._file_safety import NOFOLLOW, is_link, read_nofollow
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 
 __all__ = [
@@ -94,6 +95,9 @@ class DeltaLogs:
         return directory / log_name(directory, thread_id)
 
     def _open(self, path: Path, thread_id: str | None) -> DeltaLog:
+        if is_link(path):  # never read or append through a link planted in the store
+            self.forget(path)
+            raise BackendUnavailable("refusing a thread log that is a symbolic link", path=str(path))
         with self._lock:
             log = self._logs.get(path)
             if log is None:
@@ -119,7 +123,7 @@ class DeltaLogs:
     def get(self, directory: Path, thread_id: str) -> DeltaLog | None:
         """The thread's log, or None when it has none."""
         path = self.path(directory, thread_id)
-        if not path.exists():
+        if not path.exists() and not is_link(path):
             self.forget(path)
             return None
         return self._open(path, thread_id)
@@ -140,7 +144,7 @@ class DeltaLogs:
         if not name or not log or "/" in log or name in (".", "..") or not log.startswith(LOG_NAME):
             raise CheckpointCorrupt(f"not a thread log reference: {ref!r}")
         path = self.base_dir / name / log
-        if not path.exists():  # never a missing checkpoint: the fork's own record cannot be read
+        if not path.exists() and not is_link(path):  # never a missing checkpoint: the fork's own record cannot be read
             raise CheckpointCorrupt("the log a fork's base lives in is gone", path=str(path))
         return self._open(path, None)
 
@@ -180,7 +184,7 @@ class DeltaLogs:
         """Record that ``dependent_ref``'s log uses checkpoints of a thread in ``source_dir``."""
         line = (dependent_ref + "\n").encode()
         try:
-            fd = os.open(source_dir / FORKS_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(source_dir / FORKS_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW, 0o644)
             try:
                 os.write(fd, line)
                 if self.fsync:
@@ -192,7 +196,7 @@ class DeltaLogs:
 
     def dependents(self, source_dir: Path) -> list[str]:
         try:
-            text = (source_dir / FORKS_NAME).read_text(errors="replace")
+            text = read_nofollow(source_dir / FORKS_NAME).decode(errors="replace")
         except FileNotFoundError:
             return []
         except OSError as e:

@@ -33,6 +33,7 @@ import orjson
 from tulip_nb.core import iso_offset, parse_datetime
 from tulip_nb.core.errors import BackendUnavailable, CheckpointCorrupt
 from tulip_nb.memory._envelope import HEAD_BYTES, info_from_head, read_head
+from tulip_nb.memory.backends._file_safety import NOFOLLOW, TRASH_PREFIX, read_nofollow, warn_link
 from tulip_nb.memory.checkpointer import CheckpointInfo
 
 __all__ = [
@@ -95,24 +96,45 @@ def stamp_of(path: Path) -> Stamp | None:
         raise unavailable(e, path) from e
 
 
-def inodes_in(directory: Path) -> dict[str, int]:
+def inodes_in(directory: Path, leftovers: list[str] | None = None) -> dict[str, int]:
     """Inodes of the checkpoint files (``*.json``, not hidden) in ``directory`` (no ``stat``).
 
+    A symbolic link is skipped with a warning naming it (never followed out of the store).
+    ``leftovers`` collects the names of tombstones and temp files (``.*.tmp``) seen on the way.
     Raises ``FileNotFoundError`` when the directory does not exist.
     """
+    out: dict[str, int] = {}
     try:
         with os.scandir(directory) as it:
-            return {e.name: e.inode() for e in it if e.name.endswith(".json") and not e.name.startswith(".")}
+            for e in it:
+                name = e.name
+                if name.startswith("."):
+                    if leftovers is not None and (name.startswith(TRASH_PREFIX) or name.endswith(".tmp")):
+                        leftovers.append(name)
+                elif name.endswith(".json"):
+                    if e.is_symlink():
+                        warn_link(directory / name)
+                    else:
+                        out[name] = e.inode()
     except FileNotFoundError:
         raise
     except OSError as e:
         raise unavailable(e, directory) from e
+    return out
 
 
 def read_entry(path: Path) -> Entry | None:
     """The header of one checkpoint file, reading as little of it as possible (None: it is gone)."""
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return Bad("a symbolic link (never followed)")
+        raise unavailable(e, path) from e
+    try:
+        with open(fd, "rb") as f:
             head = f.read(HEAD_BYTES)
             obj = read_head(head)
             if obj is None and len(head) == HEAD_BYTES:  # a large metadata object
@@ -160,7 +182,7 @@ def read_index(directory: Path, inodes: dict[str, int]) -> dict[str, tuple[int, 
     Returns ``{name: (inode, header)}``; rewrites the index compactly when most lines are stale.
     """
     try:
-        data = (directory / INDEX_NAME).read_bytes()
+        data = read_nofollow(directory / INDEX_NAME)
     except OSError:
         return {}
     rows: dict[str, tuple[list[int], CheckpointInfo]] = {}
@@ -193,7 +215,7 @@ def index_line(name: str, stamp: Stamp, info: CheckpointInfo) -> bytes:
 def append_index(directory: Path, lines: list[bytes]) -> None:
     """Record new headers (called under the directory lock); the index is only a cache."""
     try:
-        fd = os.open(directory / INDEX_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(directory / INDEX_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND | NOFOLLOW, 0o644)
         try:
             os.write(fd, b"".join(lines))
         finally:
@@ -206,7 +228,11 @@ def rewrite_index(directory: Path, entries: dict[str, tuple[Stamp, Entry]]) -> N
     lines = [index_line(n, s, e) for n, (s, e) in entries.items() if isinstance(e, CheckpointInfo)]
     tmp = directory / f"{INDEX_NAME}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        tmp.write_bytes(b"".join(lines))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
+        try:
+            write_all(fd, [b"".join(lines)])
+        finally:
+            os.close(fd)
         os.replace(tmp, directory / INDEX_NAME)
     except OSError:
         with contextlib.suppress(OSError):

@@ -9,8 +9,10 @@ tulip envelope (the *mirror*) in step with the log.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,20 +20,119 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
+from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId
 from tulip_nb.core.keys import PARENT_KEY
 from tulip_nb.memory.backends._delta_log import LOG_NAME, ForeignBase
-from tulip_nb.memory.backends._file_delta import FORKS_NAME, info_of, load_from, mirror_name
-from tulip_nb.memory.backends._file_index import INDEX_NAME, LOCK_NAME, Bad, unavailable
+from tulip_nb.memory.backends._file_delta import FORKS_NAME, info_of, load_from, log_name, mirror_name
+from tulip_nb.memory.backends._file_index import INDEX_NAME, LOCK_NAME, Bad, inodes_in, read_entry, unavailable
+from tulip_nb.memory.backends._file_safety import (
+    NOFOLLOW,
+    THREAD_FILE,
+    TRASH_PREFIX,
+    fsync_dir,
+    is_link,
+    is_stale_tmp,
+    read_nofollow,
+    remove_tree,
+    warn_link,
+)
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo, new_checkpoint_id
 from tulip_nb.memory.retention import relink
 
 if TYPE_CHECKING:
     from tulip_nb.memory.backends.file import FileCheckpointer
 
-__all__ = ["all_infos", "copy_sync", "delete_sync", "vacuum_sync"]
+__all__ = ["all_infos", "clean_base", "copy_sync", "delete_sync", "lock_fd", "settle", "vacuum_sync"]
 
 _BOOKKEEPING = (LOCK_NAME, INDEX_NAME, FORKS_NAME)
+
+
+# -- locking, leftovers -----------------------------------------------------------------------
+def lock_fd(cp: FileCheckpointer, directory: Path, *, create: bool) -> int | None:
+    """An ``flock``-ed descriptor of ``<directory>/.lock`` (None: the directory does not exist).
+
+    The lock is taken again when the directory was deleted (renamed to a tombstone) or its lock
+    file replaced while this waited, so a writer never writes into a deleted thread.
+    """
+    lock = directory / LOCK_NAME
+    while True:
+        try:
+            if create and not directory.is_dir():
+                cp._base.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(directory)
+                    if cp.fsync:  # the new thread directory survives a power cut
+                        fsync_dir(cp._base)
+            if is_link(directory):
+                raise InvalidThreadId("the thread's directory is a symbolic link (never followed)", path=str(directory))
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise unavailable(e, lock) from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st, now = os.fstat(fd), os.lstat(lock)
+            if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # deleted meanwhile: take the lock of the directory that is there now
+
+
+def clean_base(base: Path) -> None:
+    """Remove the tombstones of thread deletes that a crash interrupted (they are gone already)."""
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(TRASH_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        remove_tree(base / name)
+
+
+def settle(cp: FileCheckpointer, directory: Path, leftovers: list[str]) -> None:
+    """Finish the deletes a crash interrupted in ``directory`` and drop dead writers' temp files."""
+    for name in leftovers:
+        if name.startswith(TRASH_PREFIX):
+            with cp._locked(directory, create=False):
+                trash = directory / name
+                try:
+                    thread_id: str | None = read_nofollow(trash / THREAD_FILE).decode()
+                except OSError:
+                    thread_id = None  # not committed: nothing of the thread was moved yet
+                if thread_id and os.path.isdir(trash) and not is_link(trash):
+                    _entomb_files(cp, directory, trash, _own_names(cp, directory, thread_id))
+                remove_tree(trash)
+        elif is_stale_tmp(directory, name):
+            with contextlib.suppress(OSError):
+                os.unlink(directory / name)
+
+
+def _own_names(cp: FileCheckpointer, directory: Path, thread_id: str) -> list[str]:
+    """The files of ``thread_id`` in ``directory``: its log, then its envelopes (header reads)."""
+    names = []
+    log = log_name(directory, thread_id)
+    if os.path.lexists(directory / log):
+        names.append(log)
+    for name in inodes_in(directory):
+        entry = read_entry(directory / name)
+        if entry is not None and not isinstance(entry, Bad) and entry.thread_id == thread_id:
+            names.append(name)
+    cp._logs.forget(directory / log)
+    return names
+
+
+def _entomb_files(cp: FileCheckpointer, directory: Path, trash: Path, names: list[str]) -> None:
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(directory / name, trash / name)
+        with cp._heads_lock:
+            cp._heads.get(directory, {}).pop(name, None)
+    if cp.fsync:
+        fsync_dir(directory)
 
 
 # -- delete -----------------------------------------------------------------------------------
@@ -40,6 +141,8 @@ def delete_sync(cp: FileCheckpointer, thread_id: str, checkpoint_ids: set[str] |
     directory = cp.thread_dir(thread_id)
     if not directory.exists():
         return 0
+    if checkpoint_ids is None:
+        return _delete_thread(cp, thread_id, directory)
     removed = 0
     with cp._locked(directory, create=False):
         infos = cp._infos(thread_id, directory)
@@ -73,6 +176,58 @@ def delete_sync(cp: FileCheckpointer, thread_id: str, checkpoint_ids: set[str] |
     return removed
 
 
+def _delete_thread(cp: FileCheckpointer, thread_id: str, directory: Path) -> int:
+    """Delete a whole thread, crash-atomically: whole or gone after a kill at any point.
+
+    A directory holding only this thread is renamed to a tombstone in ``base_dir`` (one atomic
+    step), then removed. In a directory shared with other threads (ids that sanitise alike), a
+    tombstone directory inside it first records the thread's id (the commit point), then the
+    thread's files are moved into it; a scan that finds such a tombstone finishes the move first.
+    """
+    trash: Path | None = None
+    with cp._locked(directory, create=False):
+        infos = cp._infos(thread_id, directory)
+        if not infos:
+            return 0
+        log = cp._logs.get(directory, thread_id)
+        if log is not None:  # the log goes: the forks built on it must stand alone first
+            cp._logs.release_dependents(directory, functools.partial(_lock_dir, cp), going=log.path)
+            cp._logs.forget(log.path)
+        names = _own_names(cp, directory, thread_id)
+        try:
+            if _exclusive(directory, names):
+                trash = cp._base / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
+                os.rename(directory, trash)
+                if cp.fsync:
+                    fsync_dir(cp._base)
+                with cp._heads_lock:
+                    cp._heads.pop(directory, None)
+            else:
+                inner = directory / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
+                os.mkdir(inner)
+                cp._write_atomic(inner / THREAD_FILE, thread_id.encode())  # the commit point
+                _entomb_files(cp, directory, inner, names)
+                remove_tree(inner)
+        except OSError as e:
+            raise unavailable(e, directory) from e
+        empty = trash is None and not cp._scan(directory) and not _logs_in(directory)
+    if trash is not None:
+        remove_tree(trash)
+    elif empty:
+        _remove_dir(cp, directory)
+    return len(infos)
+
+
+def _exclusive(directory: Path, names: list[str]) -> bool:
+    """Whether ``directory`` holds nothing but ``names`` and the store's bookkeeping."""
+    mine = set(names)
+    for name in os.listdir(directory):
+        if name in mine or name in _BOOKKEEPING or name.startswith(TRASH_PREFIX) or name.endswith(".tmp"):
+            continue
+        return False
+    return True
+
+
 def _lock_dir(cp: FileCheckpointer, directory: Path) -> contextlib.AbstractContextManager[None]:
     return cp._locked(directory, create=False)
 
@@ -93,12 +248,22 @@ def _remove_dir(cp: FileCheckpointer, directory: Path) -> None:
 
 # -- scans ------------------------------------------------------------------------------------
 def _thread_dirs(cp: FileCheckpointer) -> list[Path]:
+    """The thread directories (a symbolic link is skipped with a warning; tombstones are removed)."""
+    out: list[Path] = []
     try:
-        return sorted(p for p in cp.base_dir.resolve().iterdir() if p.is_dir())
+        with os.scandir(cp._base) as it:
+            for e in it:
+                if e.name.startswith(TRASH_PREFIX):
+                    remove_tree(cp._base / e.name)
+                elif e.is_symlink():
+                    warn_link(cp._base / e.name)
+                elif e.is_dir(follow_symlinks=False) and not e.name.startswith("."):
+                    out.append(cp._base / e.name)
     except FileNotFoundError:
         return []
     except OSError as e:
         raise unavailable(e, cp.base_dir) from e
+    return sorted(out)
 
 
 def _log_threads(cp: FileCheckpointer, directory: Path) -> Iterator[tuple[str, list[CheckpointInfo]]]:
@@ -114,10 +279,11 @@ def _dir_infos(cp: FileCheckpointer, directory: Path) -> dict[str, list[tuple[st
     """Per thread id, the (file name or None, info) of each checkpoint in ``directory``."""
     per: dict[str, list[tuple[str | None, CheckpointInfo]]] = {}
     logged: set[tuple[str, str]] = set()
+    scanned = cp._scan(directory)  # first: it finishes a delete a crash interrupted
     for thread_id, infos in _log_threads(cp, directory):
         per.setdefault(thread_id, []).extend((None, i) for i in infos)
         logged.update((thread_id, i.checkpoint_id) for i in infos)
-    for name, entry in cp._scan(directory).items():
+    for name, entry in scanned.items():
         if isinstance(entry, Bad):
             cp._warn_bad(directory / name, entry.reason)
         elif (entry.thread_id, entry.checkpoint_id) not in logged:
@@ -207,7 +373,7 @@ def _copy_envelope(
         cp._logs.append(cp._logs.create(dst_dir, dest), copy)
         return
     try:
-        raw = orjson.loads(path.read_bytes())
+        raw = orjson.loads(read_nofollow(path))
     except (OSError, orjson.JSONDecodeError) as e:
         raise CheckpointCorrupt(f"cannot copy: {e}", thread_id=source, path=str(path)) from e
     raw.update(checkpoint_id=cid, thread_id=dest, metadata=meta)
@@ -247,7 +413,16 @@ def _relink(
 
 
 def _logs_in(directory: Path) -> list[str]:
+    """The thread logs in ``directory`` (a symbolic link is skipped with a warning)."""
+    out = []
     try:
-        return sorted(n for n in os.listdir(directory) if n == LOG_NAME or n.startswith(LOG_NAME + "-"))
+        with os.scandir(directory) as it:
+            for e in it:
+                if e.name == LOG_NAME or e.name.startswith(LOG_NAME + "-"):
+                    if e.is_symlink():
+                        warn_link(directory / e.name)
+                    else:
+                        out.append(e.name)
     except FileNotFoundError:
         return []
+    return sorted(out)

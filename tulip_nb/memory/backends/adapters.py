@@ -300,6 +300,7 @@ class StorageBackendAdapter(BaseCheckpointer):
                 parent_metadata=entries[0].metadata if entries else None,
                 thread_id=thread_id,
                 sign=self.sign,
+                created_at=now,
             )
             txn.put(rkey, encode_record(state_bytes, cid, now, meta), _dumps(meta))
             txn.copy(rkey, latest_key(thread_id))

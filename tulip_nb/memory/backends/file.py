@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import threading
 import warnings
@@ -52,7 +51,6 @@ from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first, pre
 from tulip_nb.memory.backends._delta_log import AUTO
 from tulip_nb.memory.backends._file_delta import DeltaLogs, has, is_turn_end, load_from, mirror_name
 from tulip_nb.memory.backends._file_index import (
-    LOCK_NAME,
     Bad,
     Entry,
     append_index,
@@ -65,6 +63,7 @@ from tulip_nb.memory.backends._file_index import (
     unavailable,
     write_all,
 )
+from tulip_nb.memory.backends._file_safety import NOFOLLOW, fsync_dir, is_link, is_loop, read_nofollow
 from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
@@ -104,15 +103,18 @@ class FileCheckpointer(InTreeCheckpointer):
         if layout not in ("delta", "tulip"):
             raise UserError(f"FileCheckpointer layout must be 'delta' or 'tulip', got {layout!r}")
         self.base_dir = Path(base_dir)
+        self._base = self.base_dir.resolve()  # a symlinked base_dir is followed once, here
         self.sign = sign
         self.fsync = fsync
         self.layout = layout
-        self._logs = DeltaLogs(self.base_dir.resolve(), fsync=fsync)
+        self._logs = DeltaLogs(self._base, fsync=fsync)
+        self._held = threading.local()  # the directories whose lock this thread holds
         # directory -> file name -> (inode of the file, its header or why it is unreadable)
         self._heads: dict[Path, dict[str, tuple[int, Entry]]] = {}
         self._heads_lock = threading.Lock()
         self._warned: set[tuple[Path, str]] = set()
         self._blobs = MessageBlobCache()
+        threads.clean_base(self._base)  # tombstones of deletes a crash interrupted
 
     def __repr__(self) -> str:
         return f"FileCheckpointer(base_dir={str(self.base_dir)!r}, layout={self.layout!r})"
@@ -134,10 +136,11 @@ class FileCheckpointer(InTreeCheckpointer):
         """The directory that holds ``thread_id`` (shared with ids that sanitise alike)."""
         validate_thread_id(thread_id)
         name = safe_name(thread_id)
-        base = self.base_dir.resolve()
-        path = (base / name).resolve()
-        if not name or path.parent != base:
+        path = self._base / name
+        if not name or name.startswith(".") or path.parent != self._base:
             raise InvalidThreadId("thread_id resolves outside base_dir", thread_id=thread_id, path=str(path))
+        if is_link(path):
+            raise InvalidThreadId("the thread's directory is a symbolic link (never followed)", path=str(path))
         return path
 
     def checkpoint_path(self, thread_id: str, checkpoint_id: str) -> Path:
@@ -147,25 +150,25 @@ class FileCheckpointer(InTreeCheckpointer):
     # -- low-level I/O (sync; run in a worker thread) -----------------------------------------
     @contextlib.contextmanager
     def _locked(self, directory: Path, *, create: bool) -> Iterator[None]:
-        try:
-            if create:
-                directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        except FileNotFoundError:
-            yield  # nothing to lock: the directory does not exist
+        held: set[Path] = self._held.__dict__.setdefault("dirs", set())
+        fd = None if directory in held else threads.lock_fd(self, directory, create=create)
+        if fd is None:
+            yield  # held already by this thread, or nothing to lock: the directory does not exist
             return
-        except OSError as e:
-            raise unavailable(e, directory) from e
+        held.add(directory)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
+            held.discard(directory)
             os.close(fd)  # closing releases the flock
 
     def _scan(self, directory: Path) -> dict[str, Entry]:
         """Headers of every checkpoint file in ``directory``, reading only new or replaced files."""
+        leftovers: list[str] = []
         try:
-            inodes = inodes_in(directory)
+            inodes = inodes_in(directory, leftovers)
+            if leftovers:  # a delete a crash interrupted, or temp files of dead writers
+                threads.settle(self, directory, leftovers)
         except FileNotFoundError:
             with self._heads_lock:
                 self._heads.pop(directory, None)
@@ -197,10 +200,11 @@ class FileCheckpointer(InTreeCheckpointer):
         The name is None for a checkpoint in the thread's log; an envelope whose id is in the log
         is the log's mirror and is listed once, as the log's.
         """
+        scanned = self._scan(directory)  # first: it finishes a delete a crash interrupted
         logged = self._logs.infos(directory, thread_id)
         in_log = {i.checkpoint_id for i in logged}
         out: list[tuple[str | None, CheckpointInfo]] = [(None, i) for i in logged]
-        for name, entry in self._scan(directory).items():
+        for name, entry in scanned.items():
             if isinstance(entry, Bad):
                 self._warn_bad(directory / name, entry.reason)
             elif entry.thread_id == thread_id and entry.checkpoint_id not in in_log:
@@ -210,12 +214,13 @@ class FileCheckpointer(InTreeCheckpointer):
 
     def _latest_info(self, thread_id: str, directory: Path) -> tuple[str | None, CheckpointInfo] | None:
         """The thread's newest checkpoint, reading only the log's latest header and the envelopes."""
+        scanned = self._scan(directory)  # first: it finishes a delete a crash interrupted
         log = self._logs.get(directory, thread_id)
         head = log.latest() if log is not None else None
         best: tuple[str | None, CheckpointInfo] | None = None
         if head is not None:
             best = (None, CheckpointInfo(head.checkpoint_id, thread_id, head.created_at, dict(head.metadata)))
-        for name, entry in self._scan(directory).items():
+        for name, entry in scanned.items():
             if isinstance(entry, Bad):
                 self._warn_bad(directory / name, entry.reason)
             elif entry.thread_id == thread_id and (log is None or not has(log, entry.checkpoint_id)):
@@ -242,10 +247,12 @@ class FileCheckpointer(InTreeCheckpointer):
 
     def _read_checkpoint(self, path: Path, thread_id: str) -> Checkpoint:
         try:
-            data = path.read_bytes()
+            data = read_nofollow(path)
         except FileNotFoundError as e:
             raise CheckpointNotFound("checkpoint file is gone", thread_id=thread_id, path=str(path)) from e
         except OSError as e:
+            if is_loop(e):
+                raise CheckpointCorrupt("a symbolic link (never followed)", thread_id=thread_id, path=str(path)) from e
             raise unavailable(e, path) from e
         return decode_envelope(data, where=str(path), thread_id=thread_id)
 
@@ -254,7 +261,7 @@ class FileCheckpointer(InTreeCheckpointer):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         chunks: list[bytes | bytearray] = [data] if isinstance(data, bytes) else data
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
             try:
                 write_all(fd, chunks)
                 if self.fsync:
@@ -262,6 +269,8 @@ class FileCheckpointer(InTreeCheckpointer):
             finally:
                 os.close(fd)
             os.replace(tmp, path)
+            if self.fsync:  # the rename itself survives a power cut
+                fsync_dir(path.parent)
         except OSError as e:
             with contextlib.suppress(OSError):
                 tmp.unlink()

@@ -239,6 +239,7 @@ class TulipPgCheckpointer(BaseCheckpointer):
                 parent_metadata=(_json_obj(row["metadata"]) or {}) if row else None,
                 thread_id=thread_id,
                 sign=self.sign,
+                created_at=now,
             )
             await self._upsert(conn, tenant, thread_id, cid, data, meta, now, _oldest_at(state))
         return cid
