@@ -43,12 +43,9 @@ servers answer 200 with bodies that are not the protocol's:
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import weakref
-from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -66,6 +63,26 @@ from tulip_nb.core.errors import (
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory._envelope import decode_envelope, encode_envelope
 from tulip_nb.memory.backends._base import InTreeCheckpointer
+from tulip_nb.memory.backends._http_wire import DEADLINE as _DEADLINE
+from tulip_nb.memory.backends._http_wire import (
+    INVALID as _INVALID,
+)
+from tulip_nb.memory.backends._http_wire import (
+    answer as _answer,
+)
+from tulip_nb.memory.backends._http_wire import bounded as _bounded
+from tulip_nb.memory.backends._http_wire import (
+    has_state as _has_state,
+)
+from tulip_nb.memory.backends._http_wire import (
+    import_httpx as _import_httpx,
+)
+from tulip_nb.memory.backends._http_wire import (
+    loads as _loads,
+)
+from tulip_nb.memory.backends._http_wire import (
+    segment,
+)
 from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
@@ -82,85 +99,7 @@ PUT_HEADER = "x-tulip-nb-put"
 """Request header (tulip_nb extension): store the POSTed envelope verbatim (``put_checkpoint``)."""
 
 _NOT_FOUND_KINDS = frozenset(("CheckpointNotFound", "ThreadNotFound"))
-_EXCERPT = 160
 _NOT_PROTOCOL_404 = "not the protocol's not-found (a proxy, or a wrong base_url?)"
-
-P = ParamSpec("P")
-R = TypeVar("R")
-# (checkpointer, loop time by which the running call must finish): one deadline per public call
-_DEADLINE: contextvars.ContextVar[tuple[object, float] | None] = contextvars.ContextVar(
-    "tulip_nb_http_deadline", default=None
-)
-
-
-def _bounded(
-    fn: Callable[Concatenate[HTTPCheckpointer, P], Coroutine[Any, Any, R]],
-) -> Callable[Concatenate[HTTPCheckpointer, P], Coroutine[Any, Any, R]]:
-    """Give the call one deadline, ``timeout`` seconds from now, shared by every request it makes
-    (a call made inside another call of the same checkpointer keeps the outer deadline)."""
-
-    @functools.wraps(fn)
-    async def call(self: HTTPCheckpointer, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        outer = _DEADLINE.get()
-        if self.timeout is None or (outer is not None and outer[0] is self):
-            return await fn(self, *args, **kwargs)
-        token = _DEADLINE.set((self, asyncio.get_running_loop().time() + self.timeout))
-        try:
-            return await fn(self, *args, **kwargs)
-        finally:
-            _DEADLINE.reset(token)
-
-    return call
-
-
-def _loads(body: bytes) -> Any:
-    """The JSON value of ``body``, or ``_INVALID`` when it is not JSON (an empty body included)."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return _INVALID
-
-
-_INVALID = object()
-
-
-def _answer(resp: Any) -> str:
-    """What came back, for an error message: status, content type and the start of the body."""
-    ctype = resp.headers.get("content-type") or "no content-type"
-    body: bytes = resp.content
-    if not body:
-        shown = "an empty body"
-    else:
-        text = body[:_EXCERPT].decode("utf-8", "replace")
-        shown = repr(text) + (f" ... ({len(body)} bytes)" if len(body) > _EXCERPT else "")
-    return f"HTTP {resp.status_code} ({ctype}) {shown}"
-
-
-def _listing_entry(entry: Any) -> bool:
-    """An id, or an object with a string ``checkpoint_id``."""
-    return isinstance(entry, str) or (isinstance(entry, dict) and isinstance(entry.get("checkpoint_id"), str))
-
-
-def _has_state(obj: dict[str, Any]) -> bool:
-    """Whether a JSON object is an envelope or a bare state: a ``messages`` list, at the top level
-    or under ``state`` (tulip always writes it; ``{}`` or ``{"error": ...}`` has none)."""
-    raw = obj.get("state", obj)
-    return isinstance(raw, dict) and isinstance(raw.get("messages"), list)
-
-
-def segment(value: str) -> str:
-    """``value`` percent-encoded as one URL path segment (``/``, ``?``, ``#``, ``%`` and dot-only
-    segments included, which clients would otherwise normalise away)."""
-    seg = quote(value, safe="")
-    return seg.replace(".", "%2E") if seg in (".", "..") else seg
-
-
-def _import_httpx() -> Any:
-    try:
-        import httpx
-    except ImportError as e:  # pragma: no cover - exercised only without the extra
-        raise ImportError("HTTPCheckpointer needs httpx. Install it with: pip install 'tulip_nb[server]'") from e
-    return httpx
 
 
 class HTTPCheckpointer(InTreeCheckpointer):
