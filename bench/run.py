@@ -26,7 +26,7 @@ Sections
 
 Everything is written under a fresh ``tempfile.mkdtemp()`` directory that is removed at the end.
 LangGraph (InMemorySaver, SqliteSaver) is measured when it is installed (the ``bench`` extra).
-The other sections (tokens, compactor, kv, remote, lab, export, server, memory) are in
+The other sections (tokens, compactor, kv, remote, lab, export, server, memory, corpus) are in
 :mod:`bench.sections`, over the standalone scripts ``bench/bench_*.py``.
 """
 
@@ -759,6 +759,7 @@ SECTIONS: dict[str, tuple[str, Callable[[sections.Ctx], list[str]]]] = {
     "memory": ("peak memory loading a 2000-message thread", sections.section_memory),
     "checkpoints10k": ("a thread of 10,000 checkpoints (delta layout)", bench_storage.section_checkpoints10k),
     "forks": ("forks and a 100-variant sweep of a 2000-message thread", bench_storage.section_forks),
+    "corpus": ("a corpus of 1,000 threads x 10 configs, in-process and on Dask", sections.section_corpus),
 }
 """Every section: name -> (title, function returning Markdown lines)."""
 

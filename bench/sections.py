@@ -379,3 +379,12 @@ def section_memory(ctx: Ctx) -> list[str]:
     from bench import bench_memory
 
     return bench_memory.measure(runs=ctx.n(3, 1))
+
+
+# -- corpus -----------------------------------------------------------------------------------------
+def section_corpus(ctx: Ctx) -> list[str]:
+    """1,000 threads x 10 configs: summary and simulation, in-process and on a LocalCluster of 1 and 2."""
+    from bench import bench_corpus
+
+    big = 200 if ctx.quick else 1_000
+    return bench_corpus.table(bench_corpus.measure(big, big // 4, dask=not ctx.quick))

@@ -43,7 +43,8 @@ async def test_every_write_path_appends_an_index_line(tmp_path: Path) -> None:
 async def test_a_replaced_file_is_read_again_by_a_warm_and_a_fresh_instance(tmp_path: Path) -> None:
     cp = FileCheckpointer(tmp_path, fsync=False, layout="tulip")
     old = await cp.save(full_state(marker="a"), "t", metadata={"v": 1})
-    new = await cp.save(full_state(marker="b"), "t", metadata={"v": 2})
+    # not chained to ``old`` (the parent chain would order it first whatever created_at says)
+    new = await cp.save(full_state(marker="b"), "t", metadata={"v": 2, "parent_checkpoint_id": None})
     assert [i.checkpoint_id for i in await cp.list_checkpoint_infos("t")] == [new, old]  # caches warm
     later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
     _replace_by_hand(tmp_path / "t" / f"{old}.json", created_at=later, metadata={"v": "edited"})

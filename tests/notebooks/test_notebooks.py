@@ -55,6 +55,7 @@ def test_every_notebook_is_tested() -> None:
         "04_tuning_compaction",
         "05_export_to_backends",
         "06_long_threads",
+        "07_corpus",
     ]
     assert (ROOT / "tests" / "nbval_sanitize.cfg").is_file()
 

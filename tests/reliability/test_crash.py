@@ -129,7 +129,6 @@ async def test_agent_killed_mid_iteration_resumes_without_repeating_recorded_eff
     directory = str(tmp_path / "threads")
     thread = "agent-crash"
     rng = random.Random(5)
-    started = False
     rerun_windows: Counter[int] = Counter()
     kills = 0
     for cycle in range(ITERATIONS + 2):
@@ -139,9 +138,11 @@ async def test_agent_killed_mid_iteration_resumes_without_repeating_recorded_eff
         before = _ledger(ledger)
         if state is not None and state.metadata.get("_tulip_nb_run", {}).get("status") == "complete":
             break
-        proc = ctx.Process(target=_worker.agent_loop, args=(directory, thread, str(ledger), started), daemon=True)
+        # a kill before the first save leaves nothing to resume: the next process starts the run
+        proc = ctx.Process(
+            target=_worker.agent_loop, args=(directory, thread, str(ledger), state is not None), daemon=True
+        )
         proc.start()
-        started = True
         if cycle >= ITERATIONS:  # the kills are done: let it finish
             proc.join(60)
         else:

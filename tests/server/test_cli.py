@@ -130,6 +130,33 @@ def test_verify(store: Path) -> None:
     assert r.returncode == 2
 
 
+def test_verify_anchor_expect_and_a_deleted_fork_source(store: Path, tmp_path: Path) -> None:
+    r = cli("verify", str(store), "case-1-what-if", "--anchor")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("\n") == 1 and '"tulip_nb_anchor":1' in r.stdout  # the anchor alone on stdout
+    assert "ok: 2 checkpoint(s) of case-1-what-if" in r.stderr
+    kept = tmp_path / "what-if.anchor.json"
+    kept.write_text(r.stdout)
+    r = cli("verify", str(store), "case-1-what-if", "--expect", str(kept))
+    assert r.returncode == 0 and "anchor: ok" in r.stdout, r.stdout + r.stderr
+    # the fork's source deleted: the fork still verifies, its first checkpoint's origin is noted
+    assert cli("threads", "rm", str(store), "case-1").returncode == 0
+    r = cli("verify", str(store), "case-1-what-if", "--expect", str(kept))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "note:" in r.stdout and "origin_gone" in r.stdout and "source thread 'case-1' is gone" in r.stdout
+    # the newest checkpoint deleted: a rollback only the anchor shows
+
+    async def drop_newest() -> None:
+        cp = FileCheckpointer(store)
+        infos = await cp.list_checkpoint_infos("case-1-what-if", 1)
+        assert await cp.delete("case-1-what-if", infos[0].checkpoint_id)
+
+    asyncio.run(drop_newest())
+    assert cli("verify", str(store), "case-1-what-if").returncode == 0
+    r = cli("verify", str(store), "case-1-what-if", "--expect", str(kept))
+    assert r.returncode == 1 and "anchor: rolled_back" in r.stdout and "problem(s)" in r.stderr
+
+
 def test_lab_dry_run(tmp_path: Path) -> None:
     (tmp_path / "notebooks").mkdir()
     r = cli("lab", "--dry-run", cwd=tmp_path)

@@ -2,7 +2,8 @@
 
 For each checkpoint the listing names: the envelope decodes (state valid), its checkpoint and
 thread ids are the ones asked for, its ``parent_checkpoint_id`` exists in the thread (or, for a
-fork's first checkpoint, in the ``forked_from`` thread), it is newer
+fork's first checkpoint, in the ``forked_from`` thread: when that parent is gone, deleted or
+vacuumed with its source, a ``note:`` line says so and the hash chain decides), it is newer
 than its parent, and the listing is in ``created_at`` order (newest first). Files the backend
 skipped as unreadable (a warning) count as problems too, and so does a file store's tulip envelope
 that is missing, unreadable or not the log's latest turn end (the delta layout). Then the hash chain
@@ -12,17 +13,36 @@ not failed (``--strict`` fails an unsigned checkpoint that follows signed ones).
 problem, exit 1 if any::
 
     tulip-nb verify ./demo_threads ticket-8912-refund
+
+A rollback (the newest checkpoints deleted) leaves a consistent, older thread; only an anchor kept
+elsewhere shows it. ``--anchor`` prints, after a clean verify, the anchor to keep (one JSON line on
+stdout, the summary goes to stderr); ``--expect`` checks the thread still reaches one::
+
+    tulip-nb verify ./demo_threads ticket-8912-refund --anchor > ticket-8912.anchor.json
+    tulip-nb verify ./demo_threads ticket-8912-refund --expect ticket-8912.anchor.json
+    tulip-nb verify ./demo_threads ticket-8912-refund --expect 12          # a tulip_nb_seq
+    tulip-nb verify ./demo_threads ticket-8912-refund --expect-from-audit audit/ticket-8912.jsonl
+
+``--expect`` takes a ``tulip_nb_hash`` (64 hex digits), a ``tulip_nb_seq`` (an integer), an
+anchor as JSON, or a file: an anchor file, or an audit trail's JSON lines. ``--expect-from-audit``
+takes an :class:`~tulip_nb.memory.audit.AuditTrail` file (a path or a ``file:`` URL) built with
+``checkpointer=``: every save it recorded of THREAD is checked. A rollback below the anchor is a
+problem line (``anchor: rolled_back``), and so is a checkpoint whose hash is not the anchored one.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import re
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 from tulip_nb._cli._common import with_checkpointer
+
+_HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
 def register(subparsers: Any) -> None:
@@ -33,14 +53,78 @@ def register(subparsers: Any) -> None:
         "--limit", type=int, default=100_000, help="at most this many checkpoints (default: %(default)s)"
     )
     parser.add_argument("--strict", action="store_true", help="an unsigned checkpoint after signed ones fails")
+    expect = parser.add_mutually_exclusive_group()
+    expect.add_argument(
+        "--expect",
+        metavar="ANCHOR",
+        help="the thread must still reach this anchor: a tulip_nb_hash, a tulip_nb_seq, anchor JSON, "
+        "or a file (an anchor file from --anchor, or an audit trail)",
+    )
+    expect.add_argument(
+        "--expect-from-audit",
+        metavar="AUDIT",
+        help="the thread must still hold every save this audit trail (a JSON-lines path or file: URL) recorded",
+    )
+    parser.add_argument(
+        "--anchor",
+        action="store_true",
+        help="after a clean verify, print the anchor to keep (JSON on stdout; the summary goes to stderr)",
+    )
     parser.set_defaults(handler=run)
 
 
+def parse_expect(value: str, *, audit: bool = False) -> Any:
+    """The :class:`~tulip_nb.memory.integrity.Anchor` an ``--expect`` value is, or the path of the
+    audit trail it (or, ``audit``, an ``--expect-from-audit`` value) names."""
+    import orjson
+
+    from tulip_nb.core.errors import UserError
+    from tulip_nb.memory.integrity import Anchor
+
+    text = value.strip()
+    if not audit:
+        if _HASH.match(text):
+            return Anchor(hash=text)
+        if text.isdigit():
+            return Anchor(seq=int(text))
+        if text.startswith("{"):
+            return Anchor.from_json(text, where="--expect")
+    where = "--expect-from-audit" if audit else "--expect"
+    if "://" in text and not text.startswith("file://"):
+        raise UserError(f"{where} reads a file (a path or a file: URL), got {value!r}")
+    path = Path(text.removeprefix("file://").removeprefix("file:"))
+    if not path.is_file():
+        forms = (
+            "an audit trail's JSON-lines file" if audit else "a tulip_nb_hash, a tulip_nb_seq, anchor JSON or a file"
+        )
+        raise UserError(f"{where}: no such file {str(path)!r} (expected {forms})")
+    if not audit:
+        try:
+            data = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError:
+            data = None  # JSON lines: an audit trail
+        if isinstance(data, dict) and "tulip_nb_anchor" in data:
+            return Anchor.from_dict(data, where=f"anchor file {str(path)!r}")
+    return path
+
+
 async def verify(
-    cp: Any, thread_id: str, limit: int = 100_000, *, strict: bool = False, chain: dict[str, int] | None = None
+    cp: Any,
+    thread_id: str,
+    limit: int = 100_000,
+    *,
+    strict: bool = False,
+    chain: dict[str, int] | None = None,
+    expect: Any = None,
+    notes: list[str] | None = None,
+    keep: list[Any] | None = None,
 ) -> tuple[int, list[str]]:
-    """``(checkpoints checked, problems)`` for ``thread_id`` in ``cp`` (``chain``: filled with the
-    hash-chain verdict counts)."""
+    """``(checkpoints checked, problems)`` for ``thread_id`` in ``cp``.
+
+    ``chain`` is filled with the hash-chain verdict counts, ``notes`` with lines that are not
+    problems (a fork whose source is gone), ``keep`` with the anchor to keep (when one exists);
+    ``expect`` is an anchor for :func:`~tulip_nb.memory.integrity.verify_thread`.
+    """
     from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound
     from tulip_nb.memory.integrity import verify_thread
 
@@ -72,6 +156,7 @@ async def verify(
                 problems.append(f"{newer.checkpoint_id}: listed before the older {older.checkpoint_id} (created_at)")
         ids = {i.checkpoint_id for i in infos}
         complete = len(infos) < limit
+        gone_origins: list[str] = []
         for info in infos:
             parent = info.parent_checkpoint_id
             if parent is None:
@@ -79,8 +164,8 @@ async def verify(
             if parent not in ids:
                 source = info.metadata.get("forked_from")
                 if isinstance(source, str) and source != thread_id:  # a fork's first checkpoint
-                    if not await cp.exists(source, parent):
-                        problems.append(f"{info.checkpoint_id}: fork parent {parent} is not in {source!r}")
+                    if not await cp.exists(source, parent):  # deleted or vacuumed: the chain decides
+                        gone_origins.append(f"{info.checkpoint_id}: fork parent {parent} is not in {source!r}")
                 elif complete:
                     problems.append(f"{info.checkpoint_id}: parent {parent} is not in the thread")
             elif info.checkpoint_id in created and parent in created and created[parent] > created[info.checkpoint_id]:
@@ -89,30 +174,68 @@ async def verify(
     check_mirror = getattr(cp, "check_mirror", None)  # the file store's delta layout: tulip's envelope
     if callable(check_mirror):
         problems += check_mirror(thread_id)
-    report = await verify_thread(cp, thread_id, limit=limit, strict=strict)
-    problems += [
-        f"{v.checkpoint_id}: hash chain: {v.status}: {v.detail}" for v in report.failures if v.status != "unreadable"
-    ]
+    report = await verify_thread(cp, thread_id, limit=limit, strict=strict, expect=expect)
+    for v in report.failures:
+        if v is report.anchor:
+            problems.append(f"{v.checkpoint_id or '(no checkpoints)'}: anchor: {v.status}: {v.detail}")
+        elif v.status != "unreadable":
+            problems.append(f"{v.checkpoint_id}: hash chain: {v.status}: {v.detail}")
+    if notes is not None:
+        notes += [
+            f"note: {v.checkpoint_id}: hash chain: {v.status}: {v.detail}"
+            for v in report.verdicts
+            if v.status == "origin_gone"
+        ]
+        signed_fork = {v.checkpoint_id for v in report.verdicts if v.status == "origin_gone"}
+        notes += [f"note: {line}" for line in gone_origins if line.split(":", 1)[0] not in signed_fork]
+    if notes is not None and report.anchor is not None and not report.anchor.failed:
+        notes.append(f"anchor: {report.anchor.status}: {report.anchor.detail}")
     if chain is not None:
         chain.update(report.counts())
+    if keep is not None and report.head_anchor is not None:
+        keep.append(report.head_anchor)
     return len(infos), problems
 
 
 def run(args: argparse.Namespace) -> int:
-    from tulip_nb.core.errors import CheckpointNotFound
+    from tulip_nb.core.errors import CheckpointNotFound, UserError
 
     chain: dict[str, int] = {}
+    notes: list[str] = []
+    keep: list[Any] = []
     strict = bool(getattr(args, "strict", False))
-    count, problems = with_checkpointer(
-        args.url, lambda cp: verify(cp, args.thread_id, args.limit, strict=strict, chain=chain)
-    )
+    want_anchor = bool(getattr(args, "anchor", False))
+    expect_value, from_audit = getattr(args, "expect", None), getattr(args, "expect_from_audit", None)
+
+    source = None
+    if expect_value is not None:
+        source = parse_expect(expect_value)
+    elif from_audit is not None:
+        source = parse_expect(from_audit, audit=True)
+
+    async def work(cp: Any) -> tuple[int, list[str]]:
+        from tulip_nb.memory.audit import AuditTrail
+
+        expect = await AuditTrail(source, fsync=False).anchor(args.thread_id) if isinstance(source, Path) else source
+        return await verify(
+            cp, args.thread_id, args.limit, strict=strict, chain=chain, expect=expect, notes=notes, keep=keep
+        )
+
+    count, problems = with_checkpointer(args.url, work)
     if count == 0 and not problems:
         raise CheckpointNotFound("no such thread", thread_id=args.thread_id)
+    out = sys.stderr if want_anchor else sys.stdout
     for line in problems:
         print(line)
+    for line in notes:
+        print(line, file=out)
     if problems:
         print(f"tulip-nb verify: {len(problems)} problem(s) in {count} checkpoint(s)", file=sys.stderr)
         return 1
-    print(f"ok: {count} checkpoint(s) of {args.thread_id}")
-    print("hash chain: " + ", ".join(f"{n} {status}" for status, n in sorted(chain.items())))
+    print(f"ok: {count} checkpoint(s) of {args.thread_id}", file=out)
+    print("hash chain: " + ", ".join(f"{n} {status}" for status, n in sorted(chain.items())), file=out)
+    if want_anchor:
+        if not keep:
+            raise UserError("nothing to anchor: no checkpoint of the thread is signed", thread_id=args.thread_id)
+        print(keep[0].to_json())
     return 0

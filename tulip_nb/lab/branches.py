@@ -33,6 +33,7 @@ from tulip_nb.agent import Agent
 from tulip_nb.agent.turns import RUN_KEY, snapshot
 from tulip_nb.core.calls import POSITION_KEY, CallRef, answered_by, execution_position, model_call_count
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
+from tulip_nb.core.keys import HASH_KEY, PARENT_HASH_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
 from tulip_nb.lab._common import FORK_INDEX_KEY, Edit, apply_edit, short
@@ -145,6 +146,9 @@ async def save_branch(
         FORK_INDEX_KEY: index,
         **(extra or {}),
     }
+    parent_hash = next((i.metadata.get(HASH_KEY) for i in thread.infos if i.checkpoint_id == parent), None)
+    if isinstance(parent_hash, str):  # chain the branch to its source, as Agent.fork does
+        meta[PARENT_HASH_KEY] = parent_hash
     try:
         await thread.checkpointer.save(state, new_id, metadata=meta, expected_parent="")
     except CheckpointConflict as e:

@@ -5,23 +5,41 @@ An audit trail is the opposite: every decision (a tool call with its arguments a
 interrupt and the human's answer, a checkpoint saved: its id, kind and iteration) is appended as one
 entry whose ``hash`` covers the entry and the previous entry's hash. Editing, removing or
 re-ordering any entry breaks the chain at that entry, and :meth:`AuditTrail.verify` says which.
-It is verified on its own, independently of the checkpoints. The ``checkpoint`` entries name each
-save but do not carry its ``tulip_nb_hash``; to anchor a thread's hash chain, record the latest's
-hash yourself (``await trail.record("anchor", tid, {"hash": (await cp.get_metadata(tid))["tulip_nb_hash"]})``).
+It is verified on its own, independently of the checkpoints.
+
+**An anchor for the threads.** Built with ``checkpointer=`` (the agent's), each ``checkpoint``
+entry also carries the save's ``tulip_nb_hash`` and ``tulip_nb_seq``, read back from the store
+right after the save. The trail then knows every save of a thread, outside the thread's store:
+``await trail.anchor(thread_id)`` (an :class:`~tulip_nb.memory.integrity.Anchor`) passed to
+:func:`~tulip_nb.memory.integrity.verify_thread` as ``expect=`` reports a rollback of the newest
+checkpoints, and a checkpoint replaced under its id, even when the thread was rewritten
+consistently (hashes recomputed): the hashes the trail holds are no longer there. From a shell:
+``tulip-nb verify URL THREAD --expect-from-audit audit.jsonl``. Saves the agent does not make
+(a lab branch, a script) can be recorded with :meth:`AuditTrail.record_save`. Without
+``checkpointer=`` the entries name each save (id, kind, iteration) but carry no hash, and
+:meth:`AuditTrail.anchor` refuses.
 
 Attach it to an agent as a hook; it writes JSON lines to a file, or entries to any
 :class:`~tulip_nb.memory.store.BaseStore`::
 
-    audit = AuditTrail("audit/ticket-8912.jsonl")
+    audit = AuditTrail("audit/ticket-8912.jsonl", checkpointer=cp)
     agent = Agent(model, tools=[refund], checkpointer=cp, hooks=[audit])
     await agent.run("Refund ord-4821?", thread_id="ticket-8912")
     report = await audit.verify()          # AuditVerification(ok=True, entries=4, ...)
+    check = await verify_thread(cp, "ticket-8912", expect=await audit.anchor("ticket-8912"))
 
 One entry (one JSON line)::
 
     {"seq": 3, "at": "2026-...+00:00", "kind": "tool_call", "thread_id": "ticket-8912",
      "data": {"tool": "refund", "arguments": {...}, "result": "...", "error": null, ...},
      "prev": "<hash of entry 2>", "hash": "<sha256 of this entry without 'hash', keys sorted>"}
+
+and a save (``checkpoint_hash`` / ``checkpoint_seq``: the save's ``tulip_nb_hash`` and
+``tulip_nb_seq``, with ``checkpointer=``; null for an unsigned save)::
+
+    {"seq": 4, "kind": "checkpoint", "thread_id": "ticket-8912",
+     "data": {"checkpoint_id": "9c1…", "kind": "final", "iteration": 2,
+              "checkpoint_hash": "5be…", "checkpoint_seq": 3}, ...}
 
 File trails are safe across processes (appends hold an ``flock`` and re-read the tail when another
 process wrote). A crash can tear the last line; the next append cuts that torn tail off, and
@@ -44,7 +62,9 @@ from typing import Any
 import orjson
 
 from tulip_nb.core import iso_offset, utcnow
-from tulip_nb.core.errors import BackendUnavailable, UserError
+from tulip_nb.core.errors import BackendUnavailable, CheckpointNotFound, UserError
+from tulip_nb.core.keys import HASH_KEY, SEQ_KEY
+from tulip_nb.memory.integrity import Anchor
 
 __all__ = ["AuditEntry", "AuditTrail", "AuditVerification"]
 
@@ -109,6 +129,8 @@ class AuditTrail:
         store: or a :class:`~tulip_nb.memory.store.BaseStore`; entries go under ``namespace``,
             keyed by their zero-padded seq.
         fsync: fsync each file append (default True: an entry acknowledged is on disk).
+        checkpointer: the store the agent saves to: each ``checkpoint`` entry then records the
+            save's ``tulip_nb_hash`` and ``tulip_nb_seq``, so :meth:`anchor` can anchor a thread.
     """
 
     def __init__(
@@ -118,6 +140,7 @@ class AuditTrail:
         store: Any = None,
         namespace: tuple[str, ...] = ("tulip_nb_audit",),
         fsync: bool = True,
+        checkpointer: Any = None,
     ) -> None:
         if (path is None) == (store is None):
             raise UserError("AuditTrail needs exactly one of path= or store=")
@@ -125,6 +148,7 @@ class AuditTrail:
         self.store = store
         self.namespace = namespace
         self.fsync = fsync
+        self.checkpointer = checkpointer
         self._lock = threading.Lock()
         self._alock: asyncio.Lock | None = None
         self._tail: tuple[int, str, int] | None = None  # (last seq, last hash, file size after it)
@@ -178,11 +202,30 @@ class AuditTrail:
         )
 
     async def on_checkpoint_saved(self, event: Any) -> None:
-        await self.record(
-            "checkpoint",
-            event.thread_id,
-            {"checkpoint_id": event.checkpoint_id, "kind": event.kind, "iteration": event.iteration},
-        )
+        data = {"checkpoint_id": event.checkpoint_id, "kind": event.kind, "iteration": event.iteration}
+        if self.checkpointer is not None:
+            await self.record_save(event.thread_id, event.checkpoint_id, self.checkpointer, data=data)
+        else:
+            await self.record("checkpoint", event.thread_id, data)
+
+    async def record_save(
+        self, thread_id: str, checkpoint_id: str, checkpointer: Any = None, *, data: dict[str, Any] | None = None
+    ) -> AuditEntry:
+        """Append a ``checkpoint`` entry for one save, with its ``tulip_nb_hash`` and ``tulip_nb_seq``.
+
+        Read back from ``checkpointer`` (default: the one the trail was built with); ``data``
+        adds fields (the hook passes the kind and iteration). :class:`CheckpointNotFound` when the
+        save is not in the store.
+        """
+        cp = checkpointer if checkpointer is not None else self.checkpointer
+        if cp is None:
+            raise UserError("record_save needs a checkpointer (AuditTrail(..., checkpointer=cp) or the argument)")
+        meta = await _saved_metadata(cp, thread_id, checkpoint_id)
+        digest, seq = meta.get(HASH_KEY), meta.get(SEQ_KEY)
+        entry = {"checkpoint_id": checkpoint_id, **(data or {})}
+        entry["checkpoint_hash"] = digest if isinstance(digest, str) else None
+        entry["checkpoint_seq"] = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+        return await self.record("checkpoint", thread_id, entry)
 
     # -- writing ------------------------------------------------------------------------------
     async def record(self, kind: str, thread_id: str | None, data: dict[str, Any]) -> AuditEntry:
@@ -315,6 +358,41 @@ class AuditTrail:
                 raise UserError("audit trail has an unparsable entry; run verify()", path=str(self.path)) from e
         return out
 
+    async def anchor(self, thread_id: str) -> Anchor:
+        """What the trail knows of ``thread_id``'s saves, as an anchor for ``verify_thread(expect=)``.
+
+        The newest recorded save (highest ``checkpoint_seq``, the later entry on a tie) gives the
+        hash and seq; every recorded save its id's hash. The trail is verified first: a broken
+        trail anchors nothing (:class:`UserError`, naming the entry), and so does a trail with no
+        hashed save of the thread (built without ``checkpointer=``).
+        """
+        report = await self.verify()
+        if not report.ok:
+            raise UserError(
+                f"cannot anchor {thread_id!r} on a broken audit trail: {report}",
+                path=str(self.path) if self.path else None,
+            )
+        saves: dict[str, str] = {}
+        newest: tuple[int, str, str] | None = None  # (seq, checkpoint id, hash)
+        for entry in await self.entries():
+            data = entry.data
+            digest, cid, seq = data.get("checkpoint_hash"), data.get("checkpoint_id"), data.get("checkpoint_seq")
+            if entry.kind != "checkpoint" or entry.thread_id != thread_id:
+                continue
+            if not isinstance(digest, str) or not isinstance(cid, str):
+                continue
+            saves[cid] = digest
+            n = seq if isinstance(seq, int) and not isinstance(seq, bool) else 0
+            if newest is None or n >= newest[0]:
+                newest = (n, cid, digest)
+        if newest is None:
+            raise UserError(
+                f"the audit trail records no hashed save of {thread_id!r} (build it with checkpointer=)",
+                thread_id=thread_id,
+                path=str(self.path) if self.path else None,
+            )
+        return Anchor(thread_id, newest[1], newest[2], newest[0] or None, saves)
+
     async def verify(self) -> AuditVerification:
         """Recompute the chain from the first entry; report the first entry that does not fit."""
         raws = await self.raw_entries()
@@ -334,3 +412,16 @@ class AuditTrail:
             if not isinstance(head, dict) or head.get("hash") != prev:
                 return AuditVerification(False, len(raws), len(raws) - 1, "head does not name the last entry")
         return AuditVerification(True, len(raws))
+
+
+async def _saved_metadata(cp: Any, thread_id: str, checkpoint_id: str) -> dict[str, Any]:
+    """The save metadata of one checkpoint: the listing's head when it is that one, else its record."""
+    infos = await cp.list_checkpoint_infos(thread_id, 1)
+    if infos and infos[0].checkpoint_id == checkpoint_id and HASH_KEY in infos[0].metadata:
+        return dict(infos[0].metadata)
+    ckpt = await cp.load_checkpoint(thread_id, checkpoint_id)
+    if ckpt is None:
+        raise CheckpointNotFound(
+            "the saved checkpoint is not in the store", thread_id=thread_id, checkpoint_id=checkpoint_id
+        )
+    return dict(ckpt.metadata)

@@ -15,20 +15,29 @@ Since ``sha256-chain/2`` the hashed metadata also holds ``tulip_nb_created_at`` 
 ``ok``              the content matches its hash and the hash chains to the parent's
 ``mismatch``        the content no longer matches the stored hash (edited after the save), or
                     ``created_at`` differs from the signed ``tulip_nb_created_at``, or the hash
-                    keys were removed and the remaining tulip_nb marks contradict the content
+                    keys were removed and the remaining tulip_nb marks contradict the content, or
+                    (with an :class:`Anchor` from ``expect=``) the checkpoint no longer has the
+                    hash the anchor recorded for its id (replaced, even if re-signed)
 ``broken_chain``    the recorded parent hash is not the parent's hash (parent edited, removed,
                     replaced), or the parent is signed and the link was not recorded, or the
                     save order (``tulip_nb_seq``) does not fit: two identical checkpoints claim
                     one seq (a copy), or it skips saves with no prune record in the thread
+``origin_gone``     a fork's first checkpoint whose parent is gone from the ``forked_from``
+                    thread (the source deleted or vacuumed): its content verified, and its hash
+                    binds ``forked_from`` and the parent's hash, so the chain starts at that
+                    recorded origin. Not a failure
 ``unsigned``        no hash at all: written by tulip, by tulip_nb before signing existed, or by a
                     checkpointer built with ``sign=False`` (or its hash keys were removed and
                     nothing left contradicts its content: the detail says "hash keys removed")
 ``unreadable``      the checkpoint cannot be loaded
 ==================  ===========================================================================
 
-and, with ``expect=`` (an anchor recorded elsewhere: the latest ``tulip_nb_hash`` or
-``tulip_nb_seq``), :attr:`ThreadVerification.anchor`: ``ok``, or ``rolled_back`` when the thread
-no longer reaches the anchor.
+and, with ``expect=`` (an anchor recorded elsewhere: the latest ``tulip_nb_hash``, the latest
+``tulip_nb_seq``, or an :class:`Anchor`), :attr:`ThreadVerification.anchor`: ``ok``, or
+``rolled_back`` when the thread no longer reaches the anchor. :attr:`ThreadVerification.head_anchor`
+is the anchor to keep after a good verify; an :class:`~tulip_nb.memory.audit.AuditTrail` built
+with ``checkpointer=`` records every save's hash and seq, and ``await trail.anchor(thread_id)`` is
+an anchor too.
 
 **Detected:**
 
@@ -43,21 +52,33 @@ no longer reaches the anchor.
   with ``strict=False``: as the parent of a signed checkpoint its child is ``broken_chain``; as the
   newest it is a ``mismatch`` when its ``tulip_nb_messages`` mark no longer matches its messages or
   its ``tulip_nb_created_at`` its ``created_at``;
-- a rollback (the newest checkpoints deleted, or the whole thread) below an ``expect=`` anchor.
+- a fork's own first checkpoints removed: the oldest left names a parent that is not in the
+  thread and (``/2``) starts its seq above 1 (``broken_chain``), whether the source exists or not;
+- with an anchor (``expect=``): a rollback (the newest checkpoints deleted, or the whole thread)
+  below it (``rolled_back``); with an :class:`Anchor` that lists saves (``head_anchor``, an audit
+  trail's), also a checkpoint replaced under an anchored id (``mismatch``) and the newest
+  replaced by a consistently re-signed one (its anchored hash is gone: ``rolled_back``), even by
+  someone who recomputes the hashes.
 
 **Not detected:**
 
 - a rollback of the newest checkpoints without an anchor: what remains is a consistent, older
-  thread (keep the latest hash or seq elsewhere, e.g. with an
-  :class:`~tulip_nb.memory.audit.AuditTrail` entry, and pass it as ``expect=``);
+  thread (keep :attr:`ThreadVerification.head_anchor`, ``tulip-nb verify --anchor``, or an
+  :class:`~tulip_nb.memory.audit.AuditTrail` with ``checkpointer=``, and pass it as ``expect=``);
 - the newest checkpoint with its hash keys *and* tulip_nb marks removed (``tulip_nb_messages``,
-  ``tulip_nb_seq``, ``tulip_nb_created_at``): it looks like a save by tulip, which continues
-  tulip_nb threads legitimately; ``strict=True`` reports every unsigned checkpoint after a signed
-  one; and an edit of anything but its messages and ``created_at`` once its hash keys are gone;
-- a seq gap in a thread that holds a prune record (a prune does not record which saves it cut);
-  a copy across a restart of the count (after a checkpoint without a seq);
+  ``tulip_nb_seq``, ``tulip_nb_created_at``), without an anchor: it looks like a save by tulip,
+  which continues tulip_nb threads legitimately; ``strict=True`` reports every unsigned
+  checkpoint after a signed one; and an edit of anything but its messages and ``created_at``
+  once its hash keys are gone;
+- a seq gap in a thread that holds a prune record (a prune does not record which saves it cut),
+  even with an anchor (an anchored id that is gone is not judged: a prune removes those too); a
+  copy across a restart of the count (after a checkpoint without a seq);
+- that a fork whose source is gone really started from that source: with ``origin_gone`` the
+  recorded origin hash is trusted, since nothing is left to compare it with (the fork's own
+  content is still checked); a lab branch saved without the link names no origin hash at all;
 - on ``/1`` checkpoints: ``created_at`` edits, copies over the newest, seq gaps;
-- anyone who recomputes the hashes: the chain is not a signature with a secret key.
+- without an anchor kept elsewhere, anyone who recomputes the hashes: the chain is not a
+  signature with a secret key.
 
 Unsigned checkpoints are not failures (tulip writes them); with ``strict=True`` an unsigned
 checkpoint that follows signed ones is one (its hash may have been stripped). A checkpoint whose
@@ -74,6 +95,9 @@ parent a prune or vacuum removed carries a record of the cut (``tulip_nb_pruned`
     (True, {'ok': 1})
     >>> asyncio.run(verify_thread(cp, "t", expect=2)).anchor.status
     'rolled_back'
+    >>> keep = report.head_anchor                      # after a good verify
+    >>> keep.seq, asyncio.run(verify_thread(cp, "t", expect=keep)).ok
+    (1, True)
 """
 
 from __future__ import annotations
@@ -85,8 +109,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from tulip_nb.core import parse_datetime
-from tulip_nb.core.keys import CREATED_AT_KEY, MESSAGES_KEY, PARENT_KEY, PRUNED_KEY, SEQ_KEY
+from tulip_nb.core.errors import CheckpointNotFound
+from tulip_nb.core.keys import CREATED_AT_KEY, FORKED_FROM_KEY, MESSAGES_KEY, PARENT_KEY, PRUNED_KEY, SEQ_KEY
 from tulip_nb.core.state import MessageBlobCache
+from tulip_nb.memory._integrity_anchor import Anchor, as_anchor, check_anchor, head_anchor
 from tulip_nb.memory._signing import (
     ALG,
     ALG_KEY,
@@ -101,8 +127,10 @@ __all__ = [
     "ALG",
     "ALGS",
     "ALG_KEY",
+    "FAILURES",
     "HASH_KEY",
     "PARENT_HASH_KEY",
+    "Anchor",
     "CheckpointVerdict",
     "ThreadVerification",
     "checkpoint_hash",
@@ -111,7 +139,7 @@ __all__ = [
     "verify_thread",
 ]
 
-Status = Literal["ok", "mismatch", "broken_chain", "unsigned", "unreadable", "rolled_back"]
+Status = Literal["ok", "mismatch", "broken_chain", "unsigned", "unreadable", "rolled_back", "origin_gone"]
 FAILURES: frozenset[str] = frozenset(("mismatch", "broken_chain", "unreadable", "rolled_back"))
 
 
@@ -141,6 +169,10 @@ class ThreadVerification:
     anchor: CheckpointVerdict | None = None
     """The check against ``verify_thread(..., expect=)`` (None without an anchor): ``ok``, or
     ``rolled_back`` on the thread's newest checkpoint (id ``""`` when the thread is empty)."""
+    head_anchor: Anchor | None = field(default=None, repr=False, compare=False)
+    """The anchor to keep after a good verify (None when no checkpoint is signed): the newest
+    signed checkpoint's hash and id, the highest seq, every signed checkpoint's hash. Keep it
+    only when :attr:`ok`; pass it as ``expect=`` next time."""
 
     @property
     def ok(self) -> bool:
@@ -196,23 +228,44 @@ def recompute_hash(ckpt: Checkpoint | tuple[Any, Mapping[str, Any]]) -> str | No
     )
 
 
-async def _parent_metadata(
+@dataclass(frozen=True)
+class _Parent:
+    """Where a checkpoint's parent was looked up: its save metadata (None when not found)."""
+
+    meta: Mapping[str, Any] | None
+    foreign: bool = False
+    """The parent lives in the ``forked_from`` thread (a fork's first checkpoint)."""
+    gone: str = ""
+    """For a foreign parent not found: why (the source thread, or the parent in it, is gone)."""
+    error: str = ""
+    """For a foreign parent that could not be read: the error."""
+
+
+async def _parent_of(
     cp: BaseCheckpointer, info: CheckpointInfo, meta: Mapping[str, Any], local: dict[str, Mapping[str, Any]]
-) -> tuple[Mapping[str, Any] | None, bool]:
-    """(the parent's save metadata or None if it is gone, whether it lives in another thread)."""
-    parent = meta.get("parent_checkpoint_id")
+) -> _Parent:
+    parent = meta.get(PARENT_KEY)
     if not isinstance(parent, str):
-        return None, False
+        return _Parent(None)
     if parent in local:
-        return local[parent], False
-    source = meta.get("forked_from")
-    if isinstance(source, str) and source != info.thread_id:
-        try:
-            other = await cp.load_checkpoint(source, parent)
-        except Exception:  # a missing or unreadable source is reported as such
-            return None, True
-        return (other.metadata if other is not None else None), True
-    return None, False
+        return _Parent(local[parent])
+    source = meta.get(FORKED_FROM_KEY)
+    if not isinstance(source, str) or source == info.thread_id:
+        return _Parent(None)
+    try:
+        other = await cp.load_checkpoint(source, parent)
+    except CheckpointNotFound:
+        other = None
+    except Exception as e:  # an unreadable source is not a gone one: reported as such
+        return _Parent(None, True, error=f"{type(e).__name__}: {e}")
+    if other is not None:
+        return _Parent(other.metadata, True)
+    try:
+        thread_gone = not await cp.exists(source)
+    except Exception:  # only the wording depends on it
+        thread_gone = False
+    where = f"source thread {source!r} is gone" if thread_gone else f"{source!r} no longer holds {parent}"
+    return _Parent(None, True, gone=where)
 
 
 async def verify_thread(
@@ -221,7 +274,7 @@ async def verify_thread(
     *,
     limit: int = 1_000_000,
     strict: bool = False,
-    expect: str | int | None = None,
+    expect: str | int | Anchor | None = None,
 ) -> ThreadVerification:
     """Recompute every checkpoint's hash and check the chain; see the module docstring.
 
@@ -230,9 +283,13 @@ async def verify_thread(
     the save metadata twice (a listing index and the record) must agree on the hash as well.
 
     ``expect`` is an anchor recorded outside the store: a ``tulip_nb_hash`` (the thread must still
-    hold that checkpoint, or a prune record of it) or a ``tulip_nb_seq`` (the newest checkpoint's
-    seq must be at least that). Otherwise :attr:`ThreadVerification.anchor` is ``rolled_back``:
-    the newest checkpoints were removed, which the remaining chain alone cannot show.
+    hold that checkpoint, or a prune record of it), a ``tulip_nb_seq`` (the newest checkpoint's
+    seq must be at least that), or an :class:`Anchor` (both, and each checkpoint it names must
+    still have the hash it records: from :attr:`ThreadVerification.head_anchor` of an earlier
+    verify, or :meth:`AuditTrail.anchor <tulip_nb.memory.audit.AuditTrail.anchor>`). Otherwise
+    :attr:`ThreadVerification.anchor` is ``rolled_back``: the newest checkpoints were removed,
+    which the remaining chain alone cannot show; an anchored checkpoint whose hash changed is a
+    ``mismatch``.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # unreadable files are reported below, not warned about
@@ -284,8 +341,10 @@ async def verify_thread(
             seen_signed = seen_signed or isinstance(metas[cid].get(HASH_KEY), str)
     # Pass 3 checks the save order (tulip_nb_seq), then the anchor.
     verdicts = _seq_verdicts(infos, verdicts, metas, complete=complete)
-    anchor = None if expect is None else _anchor_verdict(infos, metas, expect)
-    return ThreadVerification(thread_id, verdicts, anchor)
+    anchor = None
+    if expect is not None:
+        verdicts, anchor = _apply_anchor(infos, verdicts, metas, expect)
+    return ThreadVerification(thread_id, verdicts, anchor, head_anchor(thread_id, infos, metas))
 
 
 def _seq(meta: Mapping[str, Any] | None) -> int | None:
@@ -349,7 +408,7 @@ def _seq_verdicts(
     out: list[CheckpointVerdict] = list(verdicts)
 
     def fail(i: int, problem: str) -> None:
-        if out[i].status in ("ok", "unsigned"):
+        if out[i].status in ("ok", "unsigned", "origin_gone"):
             out[i] = CheckpointVerdict(infos[i].checkpoint_id, "broken_chain", problem, out[i].created_at)
 
     for n, info in enumerate(infos):
@@ -380,34 +439,27 @@ def _seq_verdicts(
     return out
 
 
-def _anchor_verdict(
-    infos: list[CheckpointInfo], metas: dict[str, Mapping[str, Any]], expect: str | int
-) -> CheckpointVerdict:
-    """``verify_thread(..., expect=)``: does the thread still reach the anchored save?"""
+def _apply_anchor(
+    infos: list[CheckpointInfo],
+    verdicts: list[CheckpointVerdict],
+    metas: dict[str, Mapping[str, Any]],
+    expect: str | int | Anchor,
+) -> tuple[list[CheckpointVerdict], CheckpointVerdict]:
+    """``verify_thread(..., expect=)``: does the thread still reach the anchored save, and does each
+    anchored checkpoint still hold the anchored hash? (the verdicts, the anchor's verdict)"""
+    anchor = as_anchor(expect)
+    rolled, replaced = check_anchor(anchor, infos, metas)
+    out = [
+        CheckpointVerdict(v.checkpoint_id, "mismatch", replaced[v.checkpoint_id], v.created_at)
+        if v.checkpoint_id in replaced and not v.failed
+        else v
+        for v in verdicts
+    ]
     newest = infos[-1] if infos else None
     cid, when = (newest.checkpoint_id, newest.created_at) if newest is not None else ("", None)
-    if isinstance(expect, int) and not isinstance(expect, bool):
-        seqs = [s for s in (_seq(m) for m in metas.values()) if s is not None]
-        top = max(seqs, default=None)
-        if top is None:
-            return CheckpointVerdict(cid, "rolled_back", f"anchored {SEQ_KEY} {expect}, no checkpoint has one", when)
-        if top < expect:
-            return CheckpointVerdict(
-                cid,
-                "rolled_back",
-                f"newest {SEQ_KEY} is {top}, anchored {expect}: {expect - top} newest saves removed",
-                when,
-            )
-        return CheckpointVerdict(cid, "ok", f"reaches the anchored {SEQ_KEY} {expect}", when)
-    if not isinstance(expect, str):
-        raise TypeError(f"expect must be a tulip_nb_hash (str) or a tulip_nb_seq (int), got {type(expect).__name__}")
-    for m in metas.values():
-        if m.get(HASH_KEY) == expect:
-            return CheckpointVerdict(cid, "ok", "holds the anchored checkpoint", when)
-        rec = m.get(PRUNED_KEY)
-        if isinstance(rec, Mapping) and expect in (rec.get("parent_hash"), rec.get("base_hash")):
-            return CheckpointVerdict(cid, "ok", "the anchored checkpoint was pruned", when)
-    return CheckpointVerdict(cid, "rolled_back", f"no checkpoint has the anchored hash {expect}", when)
+    if rolled:
+        return out, CheckpointVerdict(cid, "rolled_back", "; ".join(rolled), when)
+    return out, CheckpointVerdict(cid, "ok", f"reaches the anchor ({anchor.describe()})", when)
 
 
 def _pruned_verdict(
@@ -483,19 +535,33 @@ async def _link_verdict(
             return CheckpointVerdict(cid, "broken_chain", "unsigned after signed checkpoints", when)
         return CheckpointVerdict(cid, "unsigned", "", when)
     recorded = meta.get(PARENT_HASH_KEY)
-    parent_id = meta.get("parent_checkpoint_id")
-    parent_meta, foreign = await _parent_metadata(cp, info, meta, metas)
+    parent_id = meta.get(PARENT_KEY)
+    parent = await _parent_of(cp, info, meta, metas)
     pruned = meta.get(PRUNED_KEY)
     if pruned is not None:
-        return _pruned_verdict(info, pruned, recorded, parent_id, parent_meta)
-    if parent_meta is None:
+        return _pruned_verdict(info, pruned, recorded, parent_id, parent.meta)
+    if parent.gone:
+        # a fork whose source was deleted or vacuumed: its own signed metadata binds forked_from and
+        # the parent's hash, so the chain starts at that recorded origin (the fork's own first
+        # checkpoints removed leave a local parent missing and a seq gap instead: broken_chain)
+        origin = (
+            f"the chain starts at the recorded origin {recorded}"
+            if isinstance(recorded, str)
+            else "the fork link was not hashed"
+        )
+        return CheckpointVerdict(cid, "origin_gone", f"{parent.gone}: {origin}", when)
+    if parent.meta is None:
+        if parent.error:
+            return CheckpointVerdict(
+                cid, "broken_chain", f"parent {parent_id} cannot be read in its source thread: {parent.error}", when
+            )
         if isinstance(recorded, str):
-            where = "in its source thread" if foreign else "in the thread"
+            where = "in its source thread" if parent.foreign else "in the thread"
             return CheckpointVerdict(cid, "broken_chain", f"parent {parent_id} is not {where}", when)
         return CheckpointVerdict(cid, "ok", "", when)
-    parent_hash = parent_meta.get(HASH_KEY)
+    parent_hash = parent.meta.get(HASH_KEY)
     if recorded is None and parent_hash is not None:
-        if foreign:  # a branch saved without the link (lab branches): the source verifies on its own
+        if parent.foreign:  # a branch saved without the link (lab branches): the source verifies on its own
             return CheckpointVerdict(cid, "ok", "fork link not hashed", when)
         return CheckpointVerdict(cid, "broken_chain", f"parent {parent_id} is signed but the link is not", when)
     if recorded != parent_hash:

@@ -7,6 +7,7 @@ Each widget is a thin ipywidgets view (core controls only: buttons, sliders, ``H
 | widget | what it does |
 |---|---|
 | :class:`ThreadBrowser` | the threads of a checkpointer, filter, open one in the other widgets |
+| :class:`CorpusView` | a corpus summary: sort, filter, page, plots, configs, replay a thread |
 | :class:`Stepper` | step an agent one model call at a time; edit + continue = a branch |
 | :class:`ReplayPlayer` | slide over a thread: what the model saw vs the full history |
 | :class:`TokenBudget` | tokens sent per call vs the trigger and the window, live with a Stepper |
@@ -27,12 +28,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from tulip_nb.widgets.corpus import CorpusView
     from tulip_nb.widgets.panels import ExportPanel, ReplayPlayer, ThreadBrowser, ThreadDiffView
     from tulip_nb.widgets.stepper import Stepper, TokenBudget
     from tulip_nb.widgets.tuner import CompactionTuner
 
 _LAZY: dict[str, str] = {
     "CompactionTuner": "tulip_nb.widgets.tuner",
+    "CorpusView": "tulip_nb.widgets.corpus",
     "ExportPanel": "tulip_nb.widgets.panels",
     "ReplayPlayer": "tulip_nb.widgets.panels",
     "Stepper": "tulip_nb.widgets.stepper",
@@ -43,6 +46,7 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "CompactionTuner",
+    "CorpusView",
     "ExportPanel",
     "ReplayPlayer",
     "Stepper",

@@ -12,6 +12,7 @@ kernel) and a script can use it directly::
 | controller | widget |
 |---|---|
 | :class:`BrowserController` | ``ThreadBrowser`` |
+| :class:`CorpusController` | ``CorpusView`` |
 | :class:`StepperController` | ``Stepper`` |
 | :class:`PlayerController` | ``ReplayPlayer`` |
 | :class:`BudgetController` | ``TokenBudget`` |
@@ -22,6 +23,7 @@ kernel) and a script can use it directly::
 
 from __future__ import annotations
 
+from tulip_nb.lab.controllers.corpus import CorpusController
 from tulip_nb.lab.controllers.panels import (
     BrowserController,
     BudgetController,
@@ -35,6 +37,7 @@ from tulip_nb.lab.controllers.tuner import TunerController
 __all__ = [
     "BrowserController",
     "BudgetController",
+    "CorpusController",
     "DiffController",
     "ExportController",
     "PlayerController",

@@ -3,7 +3,10 @@ copy, vacuum and the scans behind the listing capabilities, in both layouts (:mo
 
 Functions of the checkpointer: they run on its own primitives (its per-directory lock, header
 cache, envelope reads and writes, the thread logs), so every operation keeps every index and the
-tulip envelope (the *mirror*) in step with the log.
+tulip envelope (the *mirror*) in step with the log. Each is crash-atomic (whole or gone after a
+kill -9): a thread delete by a tombstone (below), a copy and a multi-step drop as
+:mod:`._file_crash` describes; :func:`settle` and :func:`clean_base` finish or remove what a crash
+left, before a scan lists.
 """
 
 from __future__ import annotations
@@ -16,14 +19,12 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import orjson
-
-from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId
-from tulip_nb.core.keys import PARENT_KEY
-from tulip_nb.memory.backends._delta_log import LOG_NAME, ForeignBase
-from tulip_nb.memory.backends._file_delta import FORKS_NAME, info_of, load_from, log_name, mirror_name
+from tulip_nb.core.errors import InvalidThreadId
+from tulip_nb.memory.backends import _file_crash as crash
+from tulip_nb.memory.backends._delta_log import LOG_NAME
+from tulip_nb.memory.backends._file_delta import FORKS_NAME, info_of, log_name
 from tulip_nb.memory.backends._file_index import INDEX_NAME, LOCK_NAME, Bad, inodes_in, read_entry, unavailable
 from tulip_nb.memory.backends._file_safety import (
     NOFOLLOW,
@@ -31,12 +32,11 @@ from tulip_nb.memory.backends._file_safety import (
     TRASH_PREFIX,
     fsync_dir,
     is_link,
-    is_stale_tmp,
     read_nofollow,
     remove_tree,
     warn_link,
 )
-from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo, new_checkpoint_id
+from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 from tulip_nb.memory.retention import relink
 
 if TYPE_CHECKING:
@@ -84,21 +84,30 @@ def lock_fd(cp: FileCheckpointer, directory: Path, *, create: bool) -> int | Non
 
 
 def clean_base(base: Path) -> None:
-    """Remove the tombstones of thread deletes that a crash interrupted (they are gone already)."""
+    """Remove the tombstones of thread deletes a crash interrupted (they are gone already) and the
+    staging directories of copies that died (never committed: see :mod:`._file_crash`)."""
     try:
-        names = [n for n in os.listdir(base) if n.startswith(TRASH_PREFIX)]
+        names = [n for n in os.listdir(base) if n.startswith((TRASH_PREFIX, crash.COPY_PREFIX))]
     except OSError:
         return
     for name in names:
-        remove_tree(base / name)
+        if name.startswith(TRASH_PREFIX):
+            remove_tree(base / name)
+        else:
+            crash.clean_staging(base / name)
 
 
 def settle(cp: FileCheckpointer, directory: Path, leftovers: list[str]) -> None:
-    """Finish the deletes a crash interrupted in ``directory`` and drop dead writers' temp files."""
+    """Finish the deletes, drops and copies a crash interrupted in ``directory`` (or roll back the
+    uncommitted ones) and remove dead writers' temp files."""
     for name in leftovers:
-        if name.startswith(TRASH_PREFIX):
+        if name.startswith(crash.COPY_PREFIX):
+            crash.settle_copy(cp, directory, name)
+        elif name.startswith(TRASH_PREFIX):
             with cp._locked(directory, create=False):
                 trash = directory / name
+                if not is_link(trash) and crash.settle_drop(cp, directory, trash):
+                    continue
                 try:
                     thread_id: str | None = read_nofollow(trash / THREAD_FILE).decode()
                 except OSError:
@@ -106,7 +115,7 @@ def settle(cp: FileCheckpointer, directory: Path, leftovers: list[str]) -> None:
                 if thread_id and os.path.isdir(trash) and not is_link(trash):
                     _entomb_files(cp, directory, trash, _own_names(cp, directory, thread_id))
                 remove_tree(trash)
-        elif is_stale_tmp(directory, name):
+        elif crash.stale_tmp(directory, name):
             with contextlib.suppress(OSError):
                 os.unlink(directory / name)
 
@@ -143,33 +152,13 @@ def delete_sync(cp: FileCheckpointer, thread_id: str, checkpoint_ids: set[str] |
         return 0
     if checkpoint_ids is None:
         return _delete_thread(cp, thread_id, directory)
-    removed = 0
     with cp._locked(directory, create=False):
-        infos = cp._infos(thread_id, directory)
-        going = [(n, i) for n, i in infos if checkpoint_ids is None or i.checkpoint_id in checkpoint_ids]
+        going = [(n, i) for n, i in cp._infos(thread_id, directory) if i.checkpoint_id in checkpoint_ids]
         if not going:
             return 0
+        files = {n: i.checkpoint_id for n, i in going if n is not None}
         logged = {i.checkpoint_id for n, i in going if n is None}
-        log = cp._logs.get(directory, thread_id)
-        whole_log = log is not None and len(logged) == sum(1 for n, _ in infos if n is None)
-        if log is not None and logged:
-            if whole_log:  # the log goes: the forks built on it must stand alone first
-                cp._logs.release_dependents(directory, functools.partial(_lock_dir, cp), going=log.path)
-            cp._sync_mirror(directory, thread_id, dropping=logged)
-        for name, _info in going:
-            if name is not None and cp._unlink(directory / name):
-                removed += 1
-        if log is not None and logged:
-            if whole_log:
-                for name in cp._mirrors(directory, thread_id):
-                    cp._unlink(directory / name)
-                cp._logs.forget(log.path)
-                with contextlib.suppress(FileNotFoundError):
-                    log.path.unlink()
-            else:
-                log.prune(logged)
-                cp._logs.maybe_compact(directory, log)
-            removed += len(logged)
+        removed = crash.drop(cp, directory, thread_id, files, logged)  # all or nothing (see _file_crash)
         empty = not cp._scan(directory) and not _logs_in(directory)
     if empty:
         _remove_dir(cp, directory)
@@ -255,6 +244,8 @@ def _thread_dirs(cp: FileCheckpointer) -> list[Path]:
             for e in it:
                 if e.name.startswith(TRASH_PREFIX):
                     remove_tree(cp._base / e.name)
+                elif e.name.startswith(crash.COPY_PREFIX):
+                    crash.clean_staging(cp._base / e.name)
                 elif e.is_symlink():
                     warn_link(cp._base / e.name)
                 elif e.is_dir(follow_symlinks=False) and not e.name.startswith("."):
@@ -301,87 +292,8 @@ def all_infos(cp: FileCheckpointer) -> list[CheckpointInfo]:
 
 # -- copy -------------------------------------------------------------------------------------
 def copy_sync(cp: FileCheckpointer, source: str, dest: str) -> bool:
-    src_dir = cp.thread_dir(source)
-    dst_dir = cp.thread_dir(dest)
-    infos = cp._infos(source, src_dir)
-    if not infos:
-        raise CheckpointNotFound("source thread has no checkpoints", thread_id=source)
-    with cp._locked(dst_dir, create=True):
-        if cp._infos(dest, dst_dir):
-            raise CheckpointConflict("destination thread already has checkpoints; delete it first", thread_id=dest)
-        taken = set(cp._scan(dst_dir))
-        shared = src_dir == dst_dir  # ids that sanitise alike: every checkpoint gets a fresh id
-        renamed = {
-            i.checkpoint_id: new_checkpoint_id() for _, i in infos if shared or mirror_name(i.checkpoint_id) in taken
-        }
-        if cp.layout == "delta" and any(n is None for n, _ in infos):
-            cp._logs.add_dependent(src_dir, cp._logs.ref(dst_dir, dest))
-        for name, info in reversed(infos):  # oldest first
-            cid = renamed.get(info.checkpoint_id, info.checkpoint_id)
-            meta = dict(info.metadata)
-            parent = meta.get(PARENT_KEY)
-            if isinstance(parent, str) and parent in renamed:
-                meta[PARENT_KEY] = renamed[parent]
-            meta["copied_from"] = {"thread_id": source, "checkpoint_id": info.checkpoint_id}
-            if name is None:
-                _copy_logged(cp, src_dir, source, dst_dir, dest, info, cid, meta)
-            else:
-                _copy_envelope(cp, src_dir / name, source, dst_dir, dest, info, cid, meta)
-        if cp.layout == "delta":
-            cp._sync_mirror(dst_dir, dest)
-    return True
-
-
-def _copy_logged(
-    cp: FileCheckpointer,
-    src_dir: Path,
-    source: str,
-    dst_dir: Path,
-    dest: str,
-    info: CheckpointInfo,
-    cid: str,
-    meta: dict[str, Any],
-) -> None:
-    """One checkpoint of the source's log: a fork record (delta layout) or an envelope."""
-    parent = meta.get(PARENT_KEY)
-    src_log = cp._logs.get(src_dir, source)
-    if src_log is None:
-        raise CheckpointNotFound("source log vanished", thread_id=source)
-    if cp.layout == "delta":
-        base = ForeignBase(cp._logs.ref(src_dir, source), info.checkpoint_id)
-        log = cp._logs.create(dst_dir, dest)
-        extra = src_log.header(info.checkpoint_id).extra  # the source's envelope keys go with it
-        log.append_fork(cid, info.created_at, base, meta, parent if isinstance(parent, str) else None, extra=extra)
-        return
-    ck = load_from(src_log, source, info.checkpoint_id)
-    cp._write_envelope(dst_dir, Checkpoint(cid, dest, info.created_at, ck.state, meta, ck.extra))
-
-
-def _copy_envelope(
-    cp: FileCheckpointer,
-    path: Path,
-    source: str,
-    dst_dir: Path,
-    dest: str,
-    info: CheckpointInfo,
-    cid: str,
-    meta: dict[str, Any],
-) -> None:
-    if cp.layout == "delta":
-        ck = cp._read_checkpoint(path, source)
-        copy = Checkpoint(cid, dest, ck.created_at, ck.state, meta, ck.extra)
-        cp._logs.append(cp._logs.create(dst_dir, dest), copy)
-        return
-    try:
-        raw = orjson.loads(read_nofollow(path))
-    except (OSError, orjson.JSONDecodeError) as e:
-        raise CheckpointCorrupt(f"cannot copy: {e}", thread_id=source, path=str(path)) from e
-    raw.update(checkpoint_id=cid, thread_id=dest, metadata=meta)
-    ordered = {"checkpoint_id": cid, "thread_id": dest, "created_at": raw["created_at"], "metadata": meta}
-    ordered.update((k, v) for k, v in raw.items() if k not in ordered)
-    out = dst_dir / mirror_name(cid)
-    cp._write_atomic(out, orjson.dumps(ordered, option=orjson.OPT_NON_STR_KEYS))
-    cp._record_write(out, CheckpointInfo(cid, dest, info.created_at, meta))
+    """Copy a thread into a new one, crash-atomically (see :mod:`._file_crash`)."""
+    return crash.copy_thread(cp, source, dest)
 
 
 # -- vacuum -----------------------------------------------------------------------------------
@@ -393,10 +305,24 @@ def vacuum_sync(cp: FileCheckpointer, older_than_days: float) -> int:
             per = _dir_infos(cp, directory)
         for thread_id, entries in per.items():
             old = {i.checkpoint_id for _, i in entries if i.created_at < cutoff}
-            if old:
+            if not old:
+                continue
+            whole = _delete_if_only(cp, thread_id, directory, old) if len(old) == len(entries) else None
+            if whole is not None:
+                removed += whole
+            else:  # survivors re-linked first (each rewrite atomic), then the old go in one drop
                 _relink(cp, directory, thread_id, [i for _, i in entries], old)
                 removed += delete_sync(cp, thread_id, old)
     return removed
+
+
+def _delete_if_only(cp: FileCheckpointer, thread_id: str, directory: Path, old: set[str]) -> int | None:
+    """Delete the whole thread (one rename to a tombstone) if it holds nothing but ``old`` now
+    (None: a save came in since the listing; it must survive, re-linked)."""
+    with cp._locked(directory, create=False):
+        if any(i.checkpoint_id not in old for _, i in cp._infos(thread_id, directory)):
+            return None
+        return _delete_thread(cp, thread_id, directory)
 
 
 def _relink(

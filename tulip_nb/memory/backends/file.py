@@ -12,8 +12,15 @@ every other character into ``_`` (so ``user/42:chat #1`` lives in ``user_42_chat
 Either instance reads both (a directory may hold a log and envelopes written by tulip or by the
 other layout); the layout only decides how this instance writes. Each envelope is written to a
 temp file, fsynced and renamed into place, so a crash never leaves a half-written checkpoint under
-a real name; a log record torn by a crash is ignored. The latest checkpoint is the one with the
-newest ``created_at``; there is no pointer file to go stale.
+a real name; a log record torn by a crash is ignored. The latest checkpoint is the head of the
+parent chain, then the newest ``created_at`` (a save chained to another is newer, whatever the
+clocks said); there is no pointer file to go stale.
+
+**With tulip.** ``expected_parent=`` (``Agent(strict_concurrency=True)``) is compare-and-swap that
+protects tulip_nb writers only (an ``flock`` on ``<dir>/.lock``): tulip takes no lock, so its writes
+are detected, not ordered. A tulip checkpoint a strict save would hide or overwrite raises
+:class:`CheckpointConflict` naming it; one landing during the write warns and the next strict
+save raises (:mod:`._file_foreign` says what is detected and what cannot be).
 
 Better than tulip, while staying readable by it:
 
@@ -23,8 +30,8 @@ Better than tulip, while staying readable by it:
   with a hash suffix instead of failing;
 - a corrupt or truncated file raises :class:`CheckpointCorrupt` naming the file when asked for
   explicitly, and is skipped with a warning (never chosen) when finding the latest;
-- ``expected_parent=`` is compare-and-swap across tulip_nb processes (an ``flock`` on
-  ``<dir>/.lock``; tulip does not take it);
+- ``expected_parent=`` is compare-and-swap across tulip_nb processes (see above), and detects
+  what a writer that takes no lock (tulip) did meanwhile;
 - finding the latest reads only the first bytes of files it has not seen before (or that another
   process replaced since), not every file; every write records the file's header in memory and
   in the persistent index, each checked against the file itself (see :mod:`._file_index`).
@@ -46,6 +53,7 @@ from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, Checkpoi
 from tulip_nb.core.keys import MIRROR_KEY
 from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory._envelope import decode_envelope, encode_envelope_parts
+from tulip_nb.memory.backends import _file_foreign as foreign
 from tulip_nb.memory.backends import _file_threads as threads
 from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first, prepare_save_after
 from tulip_nb.memory.backends._delta_log import AUTO
@@ -84,6 +92,10 @@ def _key(info: CheckpointInfo) -> tuple[datetime, str]:
 class FileCheckpointer(InTreeCheckpointer):
     """Checkpoints as JSON files on a local disk (see the module docstring).
 
+    ``expected_parent=`` is compare-and-swap that protects tulip_nb writers only: tulip takes no
+    lock, so its writes are detected (a :class:`CheckpointConflict` naming the checkpoint), not
+    ordered.
+
     >>> import asyncio, tempfile
     >>> from tulip_nb.core import AgentState, Message
     >>> cp = FileCheckpointer(base_dir=tempfile.mkdtemp())
@@ -114,6 +126,7 @@ class FileCheckpointer(InTreeCheckpointer):
         self._heads_lock = threading.Lock()
         self._warned: set[tuple[Path, str]] = set()
         self._blobs = MessageBlobCache()
+        self._foreign = foreign.ForeignWatch()  # what each thread held when last saved or read
         threads.clean_base(self._base)  # tombstones of deletes a crash interrupted
 
     def __repr__(self) -> str:
@@ -167,8 +180,9 @@ class FileCheckpointer(InTreeCheckpointer):
         leftovers: list[str] = []
         try:
             inodes = inodes_in(directory, leftovers)
-            if leftovers:  # a delete a crash interrupted, or temp files of dead writers
+            if leftovers:  # a delete, drop or copy a crash interrupted, or temp files of dead writers
                 threads.settle(self, directory, leftovers)
+                inodes = inodes_in(directory)  # after what the settle moved in or out
         except FileNotFoundError:
             with self._heads_lock:
                 self._heads.pop(directory, None)
@@ -209,28 +223,13 @@ class FileCheckpointer(InTreeCheckpointer):
                 self._warn_bad(directory / name, entry.reason)
             elif entry.thread_id == thread_id and entry.checkpoint_id not in in_log:
                 out.append((name, entry))
-        out.sort(key=lambda p: (p[1].created_at, p[1].checkpoint_id), reverse=True)
-        return out
+        return foreign.listed(self, thread_id, directory, out)  # the parent chain first, then created_at
 
     def _latest_info(self, thread_id: str, directory: Path) -> tuple[str | None, CheckpointInfo] | None:
-        """The thread's newest checkpoint, reading only the log's latest header and the envelopes."""
-        scanned = self._scan(directory)  # first: it finishes a delete a crash interrupted
-        log = self._logs.get(directory, thread_id)
-        head = log.latest() if log is not None else None
-        best: tuple[str | None, CheckpointInfo] | None = None
-        if head is not None:
-            best = (None, CheckpointInfo(head.checkpoint_id, thread_id, head.created_at, dict(head.metadata)))
-        for name, entry in scanned.items():
-            if isinstance(entry, Bad):
-                self._warn_bad(directory / name, entry.reason)
-            elif entry.thread_id == thread_id and (log is None or not has(log, entry.checkpoint_id)):
-                newer = best is None or (entry.created_at, entry.checkpoint_id) > (
-                    best[1].created_at,
-                    best[1].checkpoint_id,
-                )
-                if newer:
-                    best = (name, entry)
-        return best
+        """The thread's newest checkpoint (the parent chain first, then ``created_at``: see
+        :mod:`._file_foreign`), reading only the log's latest header and the envelopes' headers."""
+        found, _ = foreign.latest_scan(self, thread_id, directory)
+        return found[0] if found is not None else None
 
     def _warn_bad(self, path: Path, reason: str) -> None:
         key = (path, reason)
@@ -302,24 +301,25 @@ class FileCheckpointer(InTreeCheckpointer):
         cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
         directory = self.thread_dir(thread_id)
         with self._locked(directory, create=True):
-            latest = self._latest_info(thread_id, directory)
+            # the latest (chain first), it re-stamped at its effective time, the foreign envelopes;
+            # with expected_parent, a foreign write this save would hide raises (see _file_foreign)
+            latest, after, look = foreign.before_save(self, directory, thread_id, state, expected_parent)
             self._check_name_free(directory / mirror_name(cid), thread_id, cid)
-            plan = prepare_save_after(
-                latest[1] if latest else None, thread_id, state, metadata, expected_parent, self._blobs, sign=self.sign
-            )
+            plan = prepare_save_after(after, thread_id, state, metadata, expected_parent, self._blobs, sign=self.sign)
             ckpt = Checkpoint(cid, thread_id, plan.created_at, state, plan.metadata)
-            if self.layout == "tulip":
-                self._write_envelope(directory, ckpt)
-                return cid
-            base: Any = AUTO
-            if latest is None:  # a new thread: a fork of a thread in the delta layout shares its history
-                fork = self._logs.fork_base(plan.metadata, self.thread_dir)
-                if fork is not None:
-                    base, source_dir = fork
-                    self._logs.add_dependent(source_dir, self._logs.ref(directory, thread_id))
-            elif latest[0] is not None:
-                base = None  # the latest is an envelope (tulip's): this record is a snapshot
-            self._append_logged(directory, ckpt, base, mirror=is_turn_end(plan.metadata))
+            with foreign.saving(self, directory, ckpt, look, strict=expected_parent is not None):
+                if self.layout == "tulip":
+                    self._write_envelope(directory, ckpt)
+                    return cid
+                base: Any = AUTO
+                if latest is None:  # a new thread: a fork of a thread in the delta layout shares its history
+                    fork = self._logs.fork_base(plan.metadata, self.thread_dir)
+                    if fork is not None:
+                        base, source_dir = fork
+                        self._logs.add_dependent(source_dir, self._logs.ref(directory, thread_id))
+                elif latest[0] is not None:
+                    base = None  # the latest is an envelope (tulip's): this record is a snapshot
+                self._append_logged(directory, ckpt, base, mirror=is_turn_end(plan.metadata))
         return cid
 
     def _append_logged(self, directory: Path, ckpt: Checkpoint, base: Any, *, mirror: bool) -> None:
