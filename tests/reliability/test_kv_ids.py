@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 
+from tests.backends.factories.kv import FACTORIES, MYSQL_DSN, REDIS_URL, drop_mysql_table, drop_redis_prefix
 from tests.conftest import require_service
 from tulip_nb.core import AgentState, CheckpointNotFound, InvalidThreadId, Message
 from tulip_nb.memory.checkpointer import BaseCheckpointer
-
-from .factories.kv import FACTORIES, MYSQL_DSN, REDIS_URL, drop_mysql_table, drop_redis_prefix
 
 # (thread a, checkpoint a), (thread b, checkpoint b): two keys that PAD SPACE / _ci collations merge
 PAIRS = {
