@@ -35,6 +35,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb._demo import check_return_policy
 from tulip_nb._sync import sync_twin
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
@@ -116,18 +117,6 @@ def lookup_order(order_id: str) -> dict[str, Any]:
         order_id: The order id, e.g. ``ord-4821``.
     """
     return _order_record(order_id)
-
-
-@tool(idempotent=True)
-def check_return_policy(order_id: str, days_since_delivery: int) -> str:
-    """Whether an order is still inside the 30-day return window.
-
-    Args:
-        order_id: The order id.
-        days_since_delivery: Days between delivery and today.
-    """
-    verdict = "eligible" if days_since_delivery <= 30 else "not eligible"
-    return f"{order_id}: {verdict} ({days_since_delivery} days since delivery, limit 30)"
 
 
 @tool

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab._common import esc
+from tulip_nb.lab._corpus_rows import SIMULATION_COLUMNS, SUMMARY_COLUMNS
 from tulip_nb.lab.controllers._html import MARK_COLORS, note, png_tag, scroll_box
 from tulip_nb.lab.corpus_plots import plot_corpus_distributions, plot_facts_kept
 from tulip_nb.lab.plots import to_png
@@ -44,37 +45,11 @@ __all__ = ["PAGE_SIZE", "SIM_COLUMNS", "TABLE_COLUMNS", "CorpusController"]
 PAGE_SIZE = 25
 """Rows on a page of the table."""
 
-TABLE_COLUMNS = (
-    "thread_id",
-    "turns",
-    "model_calls",
-    "messages",
-    "tokens",
-    "max_call_tokens",
-    "compactions",
-    "over_window_calls",
-    "tool_calls",
-    "tool_errors",
-    "interrupts",
-    "idempotent_hits",
-    "checkpoints",
-    "forked_from",
-    "error",
-)
+TABLE_COLUMNS = tuple(c for c in SUMMARY_COLUMNS if c not in ("first_update", "last_update"))
 """Summary columns the table shows (every column of the summary, the update times too, can be
 sorted and queried)."""
 
-SIM_COLUMNS = (
-    "thread_id",
-    "calls",
-    "compactions",
-    "max_context_tokens",
-    "tokens_saved",
-    "over_window_calls",
-    "facts",
-    "facts_kept",
-    "error",
-)
+SIM_COLUMNS = tuple(c for c in SIMULATION_COLUMNS if c != "config")
 """Columns of a config's simulation rows the view shows."""
 
 # compact rows (JupyterLab's widget HTML has a 28px line height), numbers right-aligned
