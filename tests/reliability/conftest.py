@@ -28,6 +28,7 @@ import pytest
 
 from tests.backends.factories.remote import free_port
 from tests.conftest import REQUIRE_SERVICES, ROOT, port_open
+from tests.server.conftest import client, make_client  # noqa: F401 (the AgentServer fixtures, for test_server_input)
 
 ITERATIONS = int(os.environ.get("TULIP_NB_RELIABILITY_ITERATIONS", "20"))
 SLOW = os.environ.get("TULIP_NB_RELIABILITY_SLOW") == "1"

@@ -19,13 +19,17 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
+from tests.server._proc import serve
+from tests.server.conftest import make_agent
 from tulip_nb.core import AgentState, Message
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
 from tulip_nb.server import AgentServer, checkpoint_app
 from tulip_nb.server._auth import principal_of
 
-from ._proc import serve
-from .conftest import make_agent
+
+@pytest.fixture(autouse=True)
+def _no_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TULIP_NB_SERVER_API_KEY", raising=False)
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
