@@ -12,22 +12,15 @@ Skips when chromium or playwright is missing (fails under TULIP_NB_REQUIRE_SERVI
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.backends.factories.remote import free_port
-from tests.browser.test_jupyterlab import CHROME_ARGS, CHROMIUM, SHOTS, TOKEN, _open_and_run_all, _unavailable
-from tests.conftest import ROOT
+from tests.browser.test_jupyterlab import CHROME_ARGS, CHROMIUM, SHOTS, _open_and_run_all, jupyterlab_server
 
 pytestmark = pytest.mark.browser
 
@@ -37,61 +30,7 @@ NOTEBOOK = "07_corpus.ipynb"
 @pytest.fixture
 def corpus_lab(tmp_path: Path) -> Iterator[str]:
     """A JupyterLab server on 127.0.0.1 over a copy of notebook 07; yields its base URL."""
-    if not Path(CHROMIUM).exists():
-        _unavailable(f"chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        _unavailable("playwright is not installed (pip install playwright; no 'playwright install' needed)")
-    root = tmp_path / "root"
-    root.mkdir()
-    shutil.copy(ROOT / "notebooks" / NOTEBOOK, root / NOTEBOOK)
-    settings = tmp_path / "settings"
-    for rel, data in {
-        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
-            "fetchNews": "false",
-            "checkForUpdates": False,
-        },
-        "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {
-            "autoStartDefaultKernel": True,
-            "windowingMode": "none",
-        },
-    }.items():
-        (settings / rel).parent.mkdir(parents=True, exist_ok=True)
-        (settings / rel).write_text(json.dumps(data))
-    port = free_port()
-    log_path = tmp_path / "jupyterlab.log"
-    cmd = [
-        sys.executable, "-m", "jupyterlab", "--allow-root", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-        "--ServerApp.port_retries=0", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
-        f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
-    ]  # fmt: skip
-    with log_path.open("w") as log:
-        server = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=root, env={**os.environ, "PYTHONWARNINGS": "ignore"}
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if server.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    pytest.fail("JupyterLab did not start:\n" + log_path.read_text()[-3000:])
-                time.sleep(0.3)
-            yield base
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+    yield from jupyterlab_server(tmp_path, [NOTEBOOK])
 
 
 def _save(locator, tmp_path: Path, name: str) -> None:  # type: ignore[no-untyped-def]

@@ -53,9 +53,9 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[str]:
-    """A JupyterLab server on 127.0.0.1 over a copy of the notebooks; yields its base URL."""
+def jupyterlab_server(tmp_path: Path, notebooks: list[str]) -> Iterator[str]:
+    """A JupyterLab server on 127.0.0.1 over copies of ``notebooks``; yields its base URL (the
+    body of this module's and test_corpus_view's fixtures)."""
     if not Path(CHROMIUM).exists():
         _unavailable(f"chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
     try:
@@ -64,7 +64,7 @@ def lab(tmp_path: Path) -> Iterator[str]:
         _unavailable("playwright is not installed (pip install playwright; no 'playwright install' needed)")
     root = tmp_path / "root"
     root.mkdir()
-    for name in ("01_quickstart.ipynb", "04_tuning_compaction.ipynb", "06_long_threads.ipynb"):
+    for name in notebooks:
         shutil.copy(ROOT / "notebooks" / name, root / name)
     settings = tmp_path / "settings"
     for rel, data in {
@@ -111,6 +111,14 @@ def lab(tmp_path: Path) -> Iterator[str]:
             server.kill()
             server.wait()
         log.close()
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[str]:
+    """A JupyterLab server on 127.0.0.1 over a copy of the notebooks; yields its base URL."""
+    yield from jupyterlab_server(
+        tmp_path, ["01_quickstart.ipynb", "04_tuning_compaction.ipynb", "06_long_threads.ipynb"]
+    )
 
 
 def _kernel_idle(base: str, name: str, timeout: float = 90) -> None:
