@@ -48,6 +48,7 @@ from tulip_nb.core import utcnow
 from tulip_nb.core.keys import ITERATION_KEY, RUN_ID_KEY, SOURCE_KEY, STATE_KEY
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState, ReasoningStep, ToolExecution
+from tulip_nb.core.turns import outcome_for, record_turn
 from tulip_nb.memory.checkpointer import new_checkpoint_id
 from tulip_nb.models.base import ContextWindowExceeded, ModelError, Usage
 from tulip_nb.tools import Interrupt, ToolArgumentsInvalid, ToolNotFound
@@ -104,7 +105,14 @@ class TurnRunner:
 
     # -- saving ---------------------------------------------------------------------------------
     def _set_status(self, status: str, **extra: Any) -> None:
-        self.state.metadata[RUN_KEY] = {"status": status, "run_id": self.state.run_id, **extra}
+        state = self.state
+        state.metadata[RUN_KEY] = {"status": status, "run_id": state.run_id, **extra}
+        if status != "running":
+            outcome = outcome_for(status, stop_reason=extra.get("stop_reason"), error=extra.get("error"))
+            record = {"outcome": outcome, "error": extra.get("error"), "run_id": state.run_id}
+            record_turn(state.metadata, state.messages, record)
+        else:
+            record_turn(state.metadata, state.messages, {"outcome": "running", "run_id": state.run_id})
 
     async def save(self, kind: str) -> str | None:
         """Save the working state (if the agent has a checkpointer and this run a thread id)."""
@@ -119,6 +127,11 @@ class TurnRunner:
         cid = new_checkpoint_id()
         if kind == "iteration":
             state.metadata[ITER_KEY] = [*state.metadata.get(ITER_KEY, []), cid]
+        else:
+            # A turn end, an interrupt or an early stop: tulip clears this list at every run end
+            # and reads ids left here as its own crashed turn's saves, deleting them at its next
+            # turn end; tulip_nb keeps its mid-turn saves.
+            state.metadata.pop(ITER_KEY, None)
         meta = {SOURCE_KEY: kind, RUN_ID_KEY: state.run_id, ITERATION_KEY: state.iteration}
         expected = (self.parent or "") if self.agent.strict_concurrency else None
         cid = await cp.save(state, self.thread_id, cid, meta, expected_parent=expected)

@@ -23,6 +23,7 @@ from tulip_nb.core.calls import (
 from tulip_nb.core.keys import ITER_KEY, RUN_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
+from tulip_nb.core.turns import record_turn
 
 __all__ = [
     "ITER_KEY",
@@ -200,6 +201,7 @@ def start_turn(
         update["agent_id"] = agent_id
     state = base.model_copy(update=update)
     state.metadata[RUN_KEY] = {"status": "running", "run_id": state.run_id}
+    record_turn(state.metadata, messages, {"outcome": "running", "run_id": state.run_id})
     return state
 
 

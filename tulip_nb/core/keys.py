@@ -10,6 +10,7 @@ live; the modules that write or read a key import it from here.
 - :data:`ITER_KEY` -- tulip's key for the ids of this turn's mid-turn (iteration) saves;
 - :data:`STATE_KEY` -- the conversation manager's own state (plan, summary, token counts);
 - :data:`EVENTS_KEY` -- the compaction events (what the model saw at each call);
+- :data:`TURNS_KEY` -- the turn log: how each turn ended (``tulip_nb.core.turns``);
 - :data:`MEMORY_EVENTS_KEY` -- long-term memory recalls (``tulip_nb.memory.llm_memory``).
 
 **Save metadata** (``CheckpointInfo.metadata``, next to the state; listings read it):
@@ -76,6 +77,7 @@ __all__ = [
     "STATE_KEY",
     "SUMMARY_KEY",
     "TULIP_AT_KEY",
+    "TURNS_KEY",
 ]
 
 # -- state metadata ----------------------------------------------------------------------------
@@ -92,6 +94,16 @@ STATE_KEY = "tulip_nb_manager_state"
 
 EVENTS_KEY = "tulip_nb_compaction_events"
 """``state.metadata`` key holding the list of compaction events recorded for this thread."""
+
+TURNS_KEY = "tulip_nb_turns"
+"""``state.metadata`` key holding the turn log: one record per turn tulip_nb ran, oldest first::
+
+    {"at": 7, "outcome": "error", "error": "ModelError: provider 500", "run_id": "..."}
+
+``at`` is the index of the turn's user message; ``outcome`` is ``running`` from the turn's start
+until it ends, then one of ``answered``, ``error``, ``context_exceeded``, ``max_iterations``,
+``interrupted``; ``interrupts`` counts the interrupts a turn went on from. A turn with no record
+was written by another SDK (tulip). See :mod:`tulip_nb.core.turns`."""
 
 MEMORY_EVENTS_KEY = "tulip_nb_memory_events"
 """``state.metadata`` key holding the recall events of this thread (oldest first)::

@@ -24,6 +24,10 @@ Where each summary count comes from (see ``docs/corpus.md``):
   last checkpoint of every run is read, one at a time): tulip_nb-written threads only, else NA.
   A fork counts what it inherited: its source's checkpoints up to the branch point (followed back
   through forks of forks); NA when a source is gone.
+- ``failed_turns`` and one ``turns_<outcome>`` count per outcome (``turns_answered``,
+  ``turns_error``, ``turns_context_exceeded``, ``turns_max_iterations``, ``turns_interrupted``,
+  ``turns_tulip``), plus ``turns_unknown`` (turns whose outcome nothing records or shows): from the
+  latest state's turn log (:mod:`tulip_nb.core.turns`), for any thread.
 - ``forked_from``, ``first_update``, ``last_update``, ``checkpoints``: the thread's own headers.
 
 Memory: a task holds one thread's states at a time and its chunk's rows; in a worker (the store
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from tulip_nb.core.calls import answered_by, execution_position, model_call_count
 from tulip_nb.core.errors import CheckpointNotFound
 from tulip_nb.core.keys import FORKED_FROM_KEY, PARENT_KEY, RUN_ID_KEY, SOURCE_KEY
+from tulip_nb.core.turns import OUTCOMES, split_turns
 from tulip_nb.lab._headers import marked_count
 from tulip_nb.lab._window import saved_window, window_for
 from tulip_nb.lab.executors import error_row
@@ -56,6 +61,9 @@ __all__ = ["SIMULATION_COLUMNS", "SUMMARY_COLUMNS", "simulate_task", "summary_ta
 SUMMARY_COLUMNS = [
     "thread_id",
     "turns",
+    "failed_turns",
+    *(f"turns_{o}" for o in OUTCOMES),
+    "turns_unknown",
     "model_calls",
     "messages",
     "tokens",
@@ -75,6 +83,7 @@ SUMMARY_COLUMNS = [
 SIMULATION_COLUMNS = [
     "thread_id",
     "config",
+    "summarizer",
     "calls",
     "compactions",
     "max_context_tokens",
@@ -176,9 +185,14 @@ async def summary_row(
         interrupts = sum(1 for _, s in segments for i in s if i.metadata.get(SOURCE_KEY) == "interrupt")
         hits = await _idempotent_hits(cp, segments, latest)
     forked = infos[-1].metadata.get(FORKED_FROM_KEY)
+    turns = split_turns(msgs, state.metadata)
+    outcomes = {f"turns_{o}": sum(1 for t in turns if t.outcome == o) for o in OUTCOMES}
     return {
         "thread_id": thread_id,
-        "turns": sum(1 for m in msgs if m.role == "user"),
+        "turns": len(turns),
+        "failed_turns": sum(1 for t in turns if t.failed),
+        **outcomes,
+        "turns_unknown": sum(1 for t in turns if t.outcome is None),
         "model_calls": calls,
         "messages": len(msgs),
         "tokens": sum(counts),
@@ -238,7 +252,9 @@ def reduce_simulation(
         if labels is not None:
             row[f"probe: {label}"] = v
     windowed = [v for v in calls["over_window"] if v is not None and v == v] if n else []
+    used = [str(v) for v in dict.fromkeys(calls["summarizer"]) if isinstance(v, str)] if n else []
     row.update(
+        summarizer=", ".join(used) if used else None,
         compactions=int(calls["compacted"].sum()) if n else 0,
         max_context_tokens=int(calls["context_tokens"].max()) if n else na,
         tokens_saved=int((calls["full_tokens"] - calls["context_tokens"]).sum()) if n else 0,
@@ -253,8 +269,9 @@ def reduce_simulation(
 async def simulate_task(source: Any, chunk: list[str], payload: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (thread, config) of ``chunk`` (a :func:`~tulip_nb.lab.executors.map_threads` task).
 
-    ``payload``: ``configs`` (``[(name, manager), ...]``), ``probes`` (shared ``[(label, text)]``
-    or a callable ``thread -> probes``), ``context_window``, ``tools`` (schemas or None).
+    ``payload``: ``configs`` (``[(name, manager or "recorded"), ...]``), ``probes`` (shared
+    ``[(label, text)]`` or a callable ``thread -> probes``), ``context_window``, ``tools`` (schemas
+    or None), ``summarizer`` (the ``summarizer=`` choice).
     """
     cp, opened = open_checkpointer(source)
     configs: list[tuple[str, Any]] = payload["configs"]
@@ -272,6 +289,7 @@ async def simulate_task(source: Any, chunk: list[str], payload: dict[str, Any]) 
                     probes=mine,
                     tools=payload.get("tools"),
                     context_window=payload.get("context_window"),
+                    summarizer=payload.get("summarizer"),
                 )
                 names = [label for label, _ in mine]
                 for name, _ in configs:

@@ -9,6 +9,7 @@ finds where the branch left the original::
 
     b = fork(thread, at=4, edit="Refund ord-4821 only if unopened.")   # message 4 rewritten
     b = fork(thread, at=checkpoint_id)                                  # a checkpoint as it was
+    b = fork(thread, turn=12)                        # everything before turn 12's user message
     sweep(thread, at=4, agent=agent, variants={
         "gpt-4o": {"model": "openai:gpt-4o"},
         "terse": {"system_prompt": "Answer in one line."},
@@ -16,8 +17,12 @@ finds where the branch left the original::
     })                                                     # one row per variant
 
 ``at`` is a checkpoint id or a message index (negative counts from the end): the branch keeps the
-messages up to and including that index. An edit drops whatever followed the edited message (it
-was a consequence of the old text); the branch's next run regenerates it.
+messages up to and including that index. ``turn=N`` (0-based, negative from the end; see
+:attr:`Thread.turns <tulip_nb.lab.Thread.turns>`) cuts just before turn ``N``'s user message, so the
+branch's next ``run`` is a new turn ``N``. The branch keeps the turn log of the turns it keeps
+whole (their recorded outcomes); a turn it cuts in the middle is marked running. An edit drops
+whatever followed the edited message (it was a consequence of the old text); the branch's next run
+regenerates it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserErr
 from tulip_nb.core.keys import HASH_KEY, PARENT_HASH_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
+from tulip_nb.core.turns import TURNS_KEY, split_turns, turn_log, turn_log_for_prefix, turn_starts
 from tulip_nb.lab._common import FORK_INDEX_KEY, Edit, apply_edit, short
 from tulip_nb.lab.thread import Thread, ThreadLike, aas_thread, aopen_thread
 from tulip_nb.memory.conversation.events import EVENTS_KEY, STATE_KEY
@@ -124,7 +130,26 @@ def branch_state(state: AgentState, messages: list[Message], *, shift: int = 0) 
     done = last is not None and last.role == "assistant" and not last.tool_calls
     status = "complete" if done else "running"
     new.metadata[RUN_KEY] = {"status": status, "run_id": new.run_id}
+    _branch_turn_log(new, state, messages, shift, start, done)
     return new
+
+
+def _branch_turn_log(
+    new: AgentState, source: AgentState, messages: list[Message], shift: int, start: int, done: bool
+) -> None:
+    """The branch's turn log: the source's records of the turns kept whole (moved by ``shift``),
+    and the last turn as ``running`` (or ``answered``) when it was cut. A source without a log
+    (written by tulip) gets none, so its turns still read as tulip's."""
+    if turn_log(source.metadata) is None:
+        return
+    n = len(messages) - shift
+    kept = turn_log_for_prefix(source.metadata, source.messages, n) or []
+    log = [{**r, "at": r["at"] + shift} for r in kept if r["at"] + shift < len(messages)]
+    later = [i for i in turn_starts(source.messages) if i > start - shift]
+    cut = (later[0] if later else len(source.messages)) > n  # the last turn lost its end
+    if cut and messages and messages[start].role == "user":
+        log.append({"at": start, "outcome": "answered" if done else "running", "run_id": new.run_id})
+    new.metadata[TURNS_KEY] = log
 
 
 async def save_branch(
@@ -178,22 +203,49 @@ async def _point(thread: Thread, at: str | int) -> tuple[AgentState, int, str]:
     return thread.latest.state, index, (parent or thread.latest.info).checkpoint_id
 
 
+def _turn_point(thread: Thread, turn: int) -> int:
+    """The message index a fork before turn ``turn``'s user message keeps up to."""
+    if isinstance(turn, bool) or not isinstance(turn, int):
+        raise UserError(f"turn= must be a turn number, got {turn!r}", thread_id=thread.thread_id)
+    turns = split_turns(thread.final_messages, thread.latest.state.metadata)
+    k = turn + len(turns) if turn < 0 else turn
+    if not 0 <= k < len(turns):
+        raise CheckpointNotFound(
+            f"no turn {turn}: the thread has {len(turns)} turns", thread_id=thread.thread_id, turn=turn
+        )
+    if turns[k].first == 0:
+        raise UserError(
+            "cannot fork before the first turn: nothing comes before its user message (no system prompt)",
+            thread_id=thread.thread_id,
+            turn=turn,
+        )
+    return turns[k].first - 1
+
+
 async def afork(
     thread: ThreadLike,
-    at: str | int,
+    at: str | int | None = None,
     edit: Edit | None = None,
     new_thread_id: str | None = None,
     *,
+    turn: int | None = None,
     checkpointer: BaseCheckpointer | str | None = None,
 ) -> Thread:
-    """A new thread with ``thread``'s history up to ``at`` (module docstring); returns its handle.
+    """A new thread with ``thread``'s history up to ``at``, or before turn ``turn`` (module
+    docstring); returns its handle. Give exactly one of ``at`` and ``turn``.
 
     ``thread``: a :class:`Thread`, or a thread id with ``checkpointer=`` (a checkpointer or its URL).
 
-    Errors name the thread and the point: a checkpoint not in the thread or an index past the end
-    raise :class:`CheckpointNotFound`; a taken ``new_thread_id`` :class:`CheckpointConflict`.
+    Errors name the thread and the point: a checkpoint not in the thread, an index past the end or
+    a turn it does not have raise :class:`CheckpointNotFound`; a taken ``new_thread_id``
+    :class:`CheckpointConflict`.
     """
     thread = await aas_thread(thread, checkpointer, what="fork")
+    if (at is None) == (turn is None):
+        raise UserError("fork: give exactly one of at= (a message index or checkpoint id) and turn=")
+    if turn is not None:
+        at = _turn_point(thread, turn)
+    assert at is not None
     state, index, parent = await _point(thread, at)
     msgs, _ = apply_edit(state.messages[: index + 1], edit, index, f"thread {thread.thread_id!r}")
     new_id = await save_branch(

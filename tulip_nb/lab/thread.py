@@ -9,11 +9,17 @@ never from a re-computation::
     from tulip_nb.lab import open_thread, threads
 
     t = open_thread(checkpointer, "ticket-8912-refund")   # or open_thread("file:./threads", ...)
-    t.messages.tail()            # index, role, text, tool_calls, tool_name, tokens, checkpoint
-    t.checkpoints                # id, created_at, parent, iteration, messages, tokens, metadata
+    t.turns                      # turn, first, last, outcome, error, model_calls, tool_calls, tokens
+    t.messages.tail()            # index, turn, role, text, tool_calls, tool_name, tokens, checkpoint
+    t.checkpoints                # id, created_at, parent, turn, iteration, messages, tokens, metadata
     t.usage, t.events, t.lineage # per model call / per compaction / related threads
     t.model_view(3)              # the messages the 4th model call was sent (-1: the last)
     threads(checkpointer)        # one row per thread
+
+A *turn* is a user message and everything the agent did for it, with how it ended (``answered``,
+``error``, ``context_exceeded``, ``max_iterations``, ``interrupted``, or ``tulip`` for a turn a tulip
+agent wrote; :mod:`tulip_nb.core.turns`). ``messages``, ``usage`` and ``checkpoints`` carry a
+``turn`` column, so a researcher can start from a turn number and find its messages and calls.
 
 Every view is a property (``t.usage_for(tools)`` is the one with an argument). Everything is sync
 (works in a notebook cell); ``await aopen_thread(...)`` is the async twin. Where a checkpointer is
@@ -38,13 +44,14 @@ from tulip_nb.core.errors import CheckpointNotFound, UserError
 from tulip_nb.core.keys import ITERATION_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
+from tulip_nb.core.turns import OUTCOMES, Turn, split_turns, turn_index, turn_starts
 from tulip_nb.lab._common import call_text, esc, message_key, short
 from tulip_nb.lab._headers import PrefixIndex, marked_count
 from tulip_nb.lab._window import over_window, saved_window, window_for
 from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.lineage import lineage_rows
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
-from tulip_nb.memory.conversation import compaction_events, model_view, model_views, saved_token_counts
+from tulip_nb.memory.conversation import TulipView, compaction_events, model_view, model_views, saved_token_counts
 from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter
 
 if TYPE_CHECKING:
@@ -94,7 +101,79 @@ class Thread:
         self._primed = False
 
     def __repr__(self) -> str:
-        return f"Thread({self.thread_id!r}, checkpoints={len(self.infos)}, messages={len(self.latest.state.messages)})"
+        failed = self._failed_counts()
+        more = f", failed={failed}" if failed else ""
+        return (
+            f"Thread({self.thread_id!r}, checkpoints={len(self.infos)}, messages={len(self.latest.state.messages)}, "
+            f"turns={len(self.turn_list)}{more})"
+        )
+
+    # -- turns ----------------------------------------------------------------------------------
+    @cached_property
+    def turn_list(self) -> list[Turn]:
+        """The thread's turns (:class:`~tulip_nb.core.turns.Turn`), oldest first."""
+        return split_turns(self.final_messages, self.latest.state.metadata)
+
+    @cached_property
+    def _starts(self) -> list[int]:
+        return turn_starts(self.final_messages)
+
+    def turn_of(self, message_index: int) -> int | None:
+        """The turn message ``message_index`` belongs to (None for messages before the first user one)."""
+        return turn_index(self._starts, message_index)
+
+    def _failed_counts(self) -> dict[str, int]:
+        """Turns that ended without an answer, by outcome (only those that occur)."""
+        out: dict[str, int] = {}
+        for t in self.turn_list:
+            if t.failed:
+                out[t.outcome or ""] = out.get(t.outcome or "", 0) + 1
+        return {k: out[k] for k in OUTCOMES if k in out}
+
+    @cached_property
+    def turns(self) -> pd.DataFrame:
+        """One row per turn: ``turn``, ``first`` / ``last`` (its message indexes, inclusive),
+        ``outcome`` (NA when unknown), ``error`` (a failed turn's ``"Class: message"``),
+        ``model_calls``, ``tool_calls``, ``tokens`` (of its messages), ``interrupts`` (answered
+        interrupts it went on from) and ``recorded`` (the outcome is from the agent's turn log)."""
+        pd = _pd()
+        counts = self._counts()
+        cum = [0, *itertools.accumulate(counts)]
+        rows = [
+            {
+                "turn": t.turn,
+                "first": t.first,
+                "last": t.last,
+                "outcome": t.outcome if t.outcome is not None else pd.NA,
+                "error": t.error if t.error is not None else pd.NA,
+                "model_calls": t.model_calls,
+                "tool_calls": t.tool_calls,
+                "tokens": cum[t.last + 1] - cum[t.first],
+                "interrupts": t.interrupts,
+                "recorded": t.recorded,
+            }
+            for t in self.turn_list
+        ]
+        cols = [
+            "turn",
+            "first",
+            "last",
+            "outcome",
+            "error",
+            "model_calls",
+            "tool_calls",
+            "tokens",
+            "interrupts",
+            "recorded",
+        ]
+        frame = pd.DataFrame(rows, columns=cols)
+        for c in ("outcome", "error"):
+            frame[c] = frame[c].astype("string")
+        return frame
+
+    def _turn_column(self, indexes: list[int]) -> Any:
+        """A nullable-int column: the turn of each message index."""
+        return _pd().array([self.turn_of(i) for i in indexes], dtype="Int64")
 
     # -- states ---------------------------------------------------------------------------------
     @property
@@ -224,12 +303,14 @@ class Thread:
 
     @property
     def messages(self) -> pd.DataFrame:
-        """One row per message of the latest state: index, role, text, tool_calls, tool_name,
-        tool_call_id, tokens (exact, cached), checkpoint (the oldest checkpoint that has it)."""
+        """One row per message of the latest state: index, turn (NA before the first user
+        message), role, text, tool_calls, tool_name, tool_call_id, tokens (exact, cached),
+        checkpoint (the oldest checkpoint that has it)."""
         if self._messages is None:
             msgs = self.final_messages
             frame = _pd().DataFrame(
                 {
+                    "turn": self._turn_column(list(range(len(msgs)))),
                     "role": [m.role for m in msgs],
                     "text": [m.content or "" for m in msgs],
                     "tool_calls": [call_text(m) if m.tool_calls else "" for m in msgs],
@@ -245,8 +326,9 @@ class Thread:
 
     @property
     def checkpoints(self) -> pd.DataFrame:
-        """One row per checkpoint, oldest first: id, created_at, parent, iteration, messages,
-        tokens (of the saved history), source and the save metadata.
+        """One row per checkpoint, oldest first: id, created_at, parent, turn (of its last message,
+        when it holds a prefix of the latest messages; else NA), iteration, messages, tokens (of the
+        saved history), source and the save metadata.
 
         From the headers: a checkpoint whose header says it holds a prefix of the latest messages
         (every tulip_nb save) and its iteration is never loaded; others are loaded one at a time.
@@ -262,6 +344,7 @@ class Thread:
         for info in oldest_first:
             meta = info.metadata
             n, iteration = lens.get(info.checkpoint_id), meta.get(ITERATION_KEY)
+            prefix = n is not None
             if n is not None and isinstance(iteration, int) and not isinstance(iteration, bool):
                 tokens = cum[n]
             else:  # the header cannot say: load this one
@@ -277,6 +360,7 @@ class Thread:
                     "id": info.checkpoint_id,
                     "created_at": info.created_at,
                     "parent": info.parent_checkpoint_id,
+                    "turn": self.turn_of(n - 1) if prefix and n else None,
                     "iteration": iteration,
                     "messages": n,
                     "tokens": tokens,
@@ -284,8 +368,10 @@ class Thread:
                     "metadata": dict(meta),
                 }
             )
-        cols = ["id", "created_at", "parent", "iteration", "messages", "tokens", "source", "metadata"]
-        return _pd().DataFrame(rows, columns=cols)
+        cols = ["id", "created_at", "parent", "turn", "iteration", "messages", "tokens", "source", "metadata"]
+        frame = _pd().DataFrame(rows, columns=cols)
+        frame["turn"] = frame["turn"].astype("Int64")
+        return frame
 
     # -- what the model saw ---------------------------------------------------------------------
     @property
@@ -293,14 +379,17 @@ class Thread:
         """Model calls recorded in the thread (= assistant messages)."""
         return model_call_count(self.final_messages)
 
-    def model_view(self, call: int, checkpoint_id: str | None = None) -> list[Message]:
+    def model_view(
+        self, call: int, checkpoint_id: str | None = None, *, tulip_view: TulipView = "unknown"
+    ) -> list[Message]:
         """What model call ``call`` (0-based over the whole thread; negative counts from the end,
-        ``-1`` is the last call) was sent, from the recorded events."""
+        ``-1`` is the last call) was sent, from the recorded events. A call a tulip agent made has
+        no record: ``tulip_view`` says what to assume (:func:`~tulip_nb.memory.conversation.model_view`)."""
         n = self.n_calls
         index = call + n if call < 0 else call
         if not 0 <= index < n:
             raise IndexError(f"thread {self.thread_id!r} has {n} model calls, no call {call}")
-        return model_view(self.state(checkpoint_id), call=index)
+        return model_view(self.state(checkpoint_id), call=index, tulip_view=tulip_view)
 
     @cached_property
     def events(self) -> pd.DataFrame:
@@ -318,11 +407,19 @@ class Thread:
         pass, which this does not)."""
         return self.usage_for(None)
 
-    def usage_for(self, tools: list[dict[str, Any]] | None, *, context_window: int | str | None = None) -> pd.DataFrame:
+    def usage_for(
+        self,
+        tools: list[dict[str, Any]] | None,
+        *,
+        context_window: int | str | None = None,
+        tulip_view: TulipView = "unknown",
+    ) -> pd.DataFrame:
         """:attr:`usage` with the tokens of ``tools`` (the schemas sent with every request) added.
 
         ``context_window``: the model's window (tokens, or a registered model name) for the
         ``over_window`` column (True: that call was sent more than the window; None: not known).
+        ``tulip_view``: what a call a tulip agent made saw -- ``"unknown"`` (NA ``context_tokens``,
+        ``compacted``, ``over_window``) or ``"full"`` (tulip's NullManager: the whole history).
         """
         state = self.latest.state
         window = window_for(context_window=context_window) or saved_window(state)
@@ -330,7 +427,7 @@ class Thread:
         fixed = counter.count_tools(tools) + REPLY_PRIMING
         fired = {e.get("call"): e.get("trigger") for e in compaction_events(state)}
         rows = []
-        views = model_views(state)
+        views = model_views(state, tulip_view=tulip_view)  # None: a tulip call, view unknown
         ends = model_calls(state.messages)
         prefix = 0
         last = 0
@@ -343,14 +440,18 @@ class Thread:
                     "call": k,
                     "n_messages": j,
                     "full_tokens": prefix + fixed,
-                    "context_tokens": sum(counter.message_counts(view)) + fixed,
-                    "compacted": k in fired,
+                    "context_tokens": None if view is None else sum(counter.message_counts(view)) + fixed,
+                    "compacted": None if view is None else k in fired,
                     "trigger": fired.get(k),
                 }
             )
             rows[-1]["over_window"] = over_window(rows[-1]["context_tokens"], window)
         cols = ["call", "n_messages", "full_tokens", "context_tokens", "compacted", "trigger", "over_window"]
-        return _pd().DataFrame(rows, columns=cols)
+        frame = _pd().DataFrame(rows, columns=cols)
+        if any(view is None for view in views):  # NA, and the known counts stay integers
+            frame["context_tokens"] = frame["context_tokens"].astype("Int64")
+        frame.insert(1, "turn", self._turn_column(ends))
+        return frame
 
     # -- lineage --------------------------------------------------------------------------------
     async def alineage(self) -> pd.DataFrame:
@@ -373,8 +474,11 @@ class Thread:
         head = (
             f"<b>Thread</b> <code>{esc(self.thread_id)}</code> — {len(self.infos)} checkpoints, "
             f"{len(msgs)} messages, {sum(counts):,} tokens, {self.n_calls} model calls, "
-            f"{len(compaction_events(self.latest.state))} compaction events"
+            f"{len(compaction_events(self.latest.state))} compaction events, {len(self.turn_list)} turns"
         )
+        failed = self._failed_counts()
+        if failed:
+            head += " (ended without an answer: " + ", ".join(f"{n} {k}" for k, n in failed.items()) + ")"
         rows = []
         start = max(0, len(msgs) - last)
         for i in range(start, len(msgs)):
