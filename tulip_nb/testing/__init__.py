@@ -34,8 +34,15 @@ The flags say which parts of the contract beyond ``save`` / ``load`` / ``list_ch
 backend keeps (all on by default); optional operations are checked as its
 :attr:`~tulip_nb.memory.checkpointer.BaseCheckpointer.capabilities` claim, both ways.
 
-This package is for tests: :class:`CheckpointerSuite` imports pytest and pytest-asyncio (on
-first use; ``import tulip_nb`` never imports this package).
+It also ships a generator of **messy threads** (:mod:`tulip_nb.testing.messy`): real agent runs
+with injected failures (model errors, context overflow, ``max_iterations``, interrupts, tool
+errors, tulip-written turns, forks that change the system prompt or a tool) and their ground
+truth, for tests and benchmarks of the research layer: :class:`MessySpec`,
+:func:`build_messy_thread`, :func:`build_messy_corpus`, :func:`messy_specs` (a hypothesis
+strategy).
+
+This package is for tests: :class:`CheckpointerSuite` imports pytest and pytest-asyncio, and
+:func:`messy_specs` hypothesis (on first use; ``import tulip_nb`` never imports this package).
 
 >>> from tulip_nb.testing import full_state
 >>> len(full_state().messages)
@@ -50,17 +57,69 @@ from tulip_nb.testing._states import ODD_THREAD_IDS, full_state
 
 if TYPE_CHECKING:
     from tulip_nb.testing._suite import CheckpointerFactory, CheckpointerSuite, Opener, store_view
+    from tulip_nb.testing.messy import (
+        OUTCOMES,
+        MessyFork,
+        MessySpec,
+        MessyThread,
+        MessyTurn,
+        abuild_messy_corpus,
+        abuild_messy_thread,
+        build_messy_corpus,
+        build_messy_thread,
+        keep_facts,
+        messy_agent,
+        messy_specs,
+    )
 
-__all__ = ["CheckpointerFactory", "CheckpointerSuite", "ODD_THREAD_IDS", "Opener", "full_state", "store_view"]
+__all__ = [
+    "CheckpointerFactory",
+    "CheckpointerSuite",
+    "MessyFork",
+    "MessySpec",
+    "MessyThread",
+    "MessyTurn",
+    "ODD_THREAD_IDS",
+    "OUTCOMES",
+    "Opener",
+    "abuild_messy_corpus",
+    "abuild_messy_thread",
+    "build_messy_corpus",
+    "build_messy_thread",
+    "full_state",
+    "keep_facts",
+    "messy_agent",
+    "messy_specs",
+    "store_view",
+]
 
-_LAZY = {"CheckpointerFactory", "CheckpointerSuite", "Opener", "store_view"}
+_SUITE = {"CheckpointerFactory", "CheckpointerSuite", "Opener", "store_view"}
+_MESSY = {
+    "MessyFork",
+    "MessySpec",
+    "MessyThread",
+    "MessyTurn",
+    "OUTCOMES",
+    "abuild_messy_corpus",
+    "abuild_messy_thread",
+    "build_messy_corpus",
+    "build_messy_thread",
+    "keep_facts",
+    "messy_agent",
+    "messy_specs",
+}
+_LAZY = _SUITE | _MESSY
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:  # the suite imports pytest: only when asked for
+    if name in _SUITE:  # the suite imports pytest: only when asked for
         from tulip_nb.testing import _suite
 
         return getattr(_suite, name)
+    if name in _MESSY:  # the generator imports the agent: only when asked for
+        from tulip_nb.testing import messy
+
+        return getattr(messy, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
