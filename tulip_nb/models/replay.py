@@ -11,20 +11,32 @@ being a faithful copy of the original run::
     model = ReplayModel(await checkpointer.load("ticket-8912-refund"))
     ...
     model.divergences   # [] when the replay matches
+
+**By turn.** A thread is a list of turns, and not every turn ends with an answer (a provider
+error, ``ContextWindowExceeded``, ``max_iterations``, an interrupt; :mod:`tulip_nb.core.turns`).
+Served strictly in order, the answer after a failed turn would be the *next* turn's. A driver that
+knows the turns (:class:`tulip_nb.lab.Replay`) calls :meth:`ReplayModel.begin_turn` at each
+turn's start: the model then serves only that turn's recorded answers, and when the turn's
+answers are used up it raises what the record says happened next — for a turn that failed with
+an error, a :class:`ReplayedFailure` named and worded as the recorded error (``type(e).__name__``
+and ``str(e)`` give back ``"ModelError: provider 500"``); otherwise a :class:`ModelError` saying
+that the record has no such call. Without :meth:`begin_turn` it serves the answers in order.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from tulip_nb.core.calls import last_model_call, model_calls, pair_block
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
+from tulip_nb.core.turns import Turn
 from tulip_nb.models.base import ModelError, ModelResponse, Usage
 
-__all__ = ["Divergence", "ReplayDiverged", "ReplayModel"]
+__all__ = ["Divergence", "ReplayDiverged", "ReplayModel", "ReplayedFailure"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,46 @@ class Divergence:
 
 class ReplayDiverged(ModelError):
     """A strict replay met input that differs from the recording."""
+
+
+class ReplayedFailure(ModelError):
+    """A recorded turn failure raised again where the record failed (not a real model call).
+
+    :meth:`ReplayedFailure.of` builds one from the recorded error text (``"ModelError: provider
+    500"``): an instance of a subclass *named* as the recorded class, so the agent records it as
+    ``f"{type(e).__name__}: {e}"`` -- the recorded text, byte for byte. ``recorded`` keeps that
+    text, ``outcome`` the turn's recorded outcome (``error`` or ``context_exceeded``), ``turn``
+    its number. It is never a :class:`~tulip_nb.models.base.ContextWindowExceeded`, so the agent
+    does not retry it.
+
+    >>> e = ReplayedFailure.of("ModelError: provider 500", outcome="error", turn=1)
+    >>> type(e).__name__, str(e), isinstance(e, ReplayedFailure), e.recorded
+    ('ModelError', 'provider 500', True, 'ModelError: provider 500')
+    """
+
+    _named: ClassVar[dict[str, type[ReplayedFailure]]] = {}
+
+    def __init__(self, message: str, *, recorded: str, outcome: str, turn: int | None) -> None:
+        super().__init__(message)
+        self.recorded = recorded
+        self.outcome = outcome
+        self.turn = turn
+
+    @classmethod
+    def of(cls, error: str | None, *, outcome: str, turn: int | None) -> ReplayedFailure:
+        """The failure recorded as ``error`` (None: the record says the turn failed, not how)."""
+        if not error:
+            where = f"turn {turn}" if turn is not None else "this turn"
+            text = f"the record says {where} ended with {outcome!r} but not with which error"
+            return cls(text, recorded=f"{cls.__name__}: {text}", outcome=outcome, turn=turn)
+        head, sep, rest = error.partition(": ")
+        name = head.strip() if sep and head.strip() and " " not in head.strip() else cls.__name__
+        message = rest if name == head.strip() else error
+        sub = cls._named.get(name)
+        if sub is None:
+            sub = cls if name == cls.__name__ else type(name, (cls,), {"__module__": cls.__module__})
+            cls._named[name] = sub
+        return sub(message, recorded=error, outcome=outcome, turn=turn)
 
 
 def _tail(messages: Sequence[Message], end: int | None = None) -> list[Message]:
@@ -71,7 +123,9 @@ def _keys(messages: Sequence[Message], end: int | None = None) -> list[tuple[Any
 
 
 class ReplayModel:
-    """Answers with a recorded thread's assistant messages, in order (see the module docstring)."""
+    """Answers with a recorded thread's assistant messages, in order or turn by turn (see the
+    module docstring). ``calls`` counts the answers served, ``last_served`` is the record's index
+    of the last one (None before the first)."""
 
     def __init__(
         self, recording: AgentState | Sequence[Message], *, strict: bool = False, name: str = "replay"
@@ -81,19 +135,47 @@ class ReplayModel:
         self.strict = strict
         self._messages = messages
         self._answers: list[tuple[int, Message]] = [(i, messages[i]) for i in model_calls(messages)]
+        self._at = [i for i, _ in self._answers]
+        self._next = 0
+        self._stop: int | None = None
+        self._turn: Turn | None = None
         self.calls = 0
+        self.last_served: int | None = None
         self.divergences: list[Divergence] = []
 
     @property
     def remaining(self) -> int:
+        """Recorded answers not served yet."""
         return len(self._answers) - self.calls
 
+    def begin_turn(self, turn: Turn) -> None:
+        """Serve ``turn``'s recorded answers next, and only those (module docstring)."""
+        self._next = bisect_left(self._at, turn.first)
+        self._stop = bisect_left(self._at, turn.last + 1)
+        self._turn = turn
+
+    def _exhausted(self, index: int) -> ModelError:
+        turn = self._turn
+        if turn is None:
+            return ModelError(
+                f"ReplayModel has no recorded answer for call {index + 1} ({len(self._answers)} recorded)"
+            )
+        if turn.outcome in ("error", "context_exceeded"):
+            return ReplayedFailure.of(turn.error, outcome=turn.outcome, turn=turn.turn)
+        made = turn.model_calls
+        return ModelError(
+            f"ReplayModel has no recorded answer for model call {made + 1} of turn {turn.turn} "
+            f"(the record made {made}, and the turn ended {turn.outcome or 'without a recorded outcome'})"
+        )
+
     async def complete(self, messages: list[Message], tools: list[dict[str, Any]], **kwargs: Any) -> ModelResponse:
-        index = self.calls
-        if index >= len(self._answers):
-            raise ModelError(f"ReplayModel has no recorded answer for call {index + 1} ({len(self._answers)} recorded)")
+        index = self._next
+        if index >= len(self._answers) or (self._stop is not None and index >= self._stop):
+            raise self._exhausted(index)
+        self._next += 1
         self.calls += 1
         at, answer = self._answers[index]
+        self.last_served = at
         if _keys(self._messages, at) != _keys(messages):
             div = Divergence(index, _tail(self._messages, at), _tail(messages))
             self.divergences.append(div)

@@ -89,8 +89,9 @@ class ReplayPlayer(Panel):
     with what the model saw — each message in one row, marked shown / stubbed, each run of
     summarised or dropped messages collapsed into one row (count and tokens), the summary where
     the model read it; newest first, in a scroll box, so a 1,000-message thread stays one screen.
-    With ``agent``, the thread is replayed up to the slider (no model calls) and where the replay
-    diverged is shown::
+    A turn that ended without an answer is told at the call it ended after (``turn 12 ended:
+    error — ModelError: provider 500``). With ``agent``, the thread is replayed up to the slider
+    (no model calls; failed turns replayed as recorded) and where the replay diverged is shown::
 
         ReplayPlayer(thread)                 # recorded views only
         ReplayPlayer(thread, agent=agent)    # also replay with the agent's tools
@@ -152,13 +153,14 @@ class ReplayPlayer(Panel):
 
 class ThreadDiffView(Panel):
     """Pick two threads (default: ``a`` and its first fork) and see them side by side from the
-    point where they part (:func:`tulip_nb.lab.diff_threads`)::
+    point where they part (:func:`tulip_nb.lab.diff_threads`): changed rows highlighted, with
+    ``context`` same messages around them and the rest collapsed::
 
         ThreadDiffView(original, branch)
     """
 
-    def __init__(self, a: Thread, b: Thread | None = None) -> None:
-        self.controller = DiffController(a, b)
+    def __init__(self, a: Thread, b: Thread | None = None, *, context: int = 3) -> None:
+        self.controller = DiffController(a, b, context=context)
         c = self.controller
         assert c.b is not None
         self.a = W.Dropdown(options=c.choices, value=c.a.thread_id, description="a")
