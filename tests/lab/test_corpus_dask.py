@@ -26,9 +26,15 @@ pytest.importorskip("distributed")
 
 pytestmark = pytest.mark.slow
 
+
+def short_summary(msgs: Any, prev: Any) -> str:
+    """A summariser the workers can import (the simulator runs a config's own summariser)."""
+    return "s"
+
+
 CONFIGS = {
     "compact 1k": LLMCompactor(context_length=1_000, head_turns=1),
-    "compact 1.5k": LLMCompactor(context_length=1_500, head_turns=2, summarize_fn=lambda msgs, prev: "s"),
+    "compact 1.5k": LLMCompactor(context_length=1_500, head_turns=2, summarize_fn=short_summary),
     "window 8": SlidingWindowManager(window_size=8),
 }
 PG = "postgresql://postgres@127.0.0.1:5432/test"

@@ -136,7 +136,9 @@ def test_simulator_configs_and_grid(recorded: Recorded) -> None:
     win = sim[sim["config"] == "window"]
     assert win["compacted"].any() and (win["trigger"].dropna() == "window").all()
     summ = sim[sim["config"] == "dict"]
-    assert (summ["summary_tokens"] > 0).any()  # the length model stood in for the summariser
+    assert (summ["summary_tokens"] > 0).any() and set(summ["summarizer"]) == {"callable"}  # the config's own ran
+    length = simulate_compaction(t, {"dict": {"kind": "compactor", "context_length": 1200}}, summarizer="length")
+    assert set(length["summarizer"]) == {"length"} and (length["summary_tokens"] > 0).any()  # said, and labelled
     exact = simulate_compaction(t, {"window": SlidingWindowManager(window_size=6)}, exact=True)
     cols = ["call", "context_tokens", "compacted", "tokens_after", "kept_tokens", "dropped_tokens"]
     pd.testing.assert_frame_equal(win.reset_index(drop=True)[cols], exact[cols], check_dtype=False)

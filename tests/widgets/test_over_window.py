@@ -59,18 +59,28 @@ def test_the_simulator_says_which_calls_were_over_the_window(recorded: Recorded)
             assert row["over_window"] is (row["context_tokens"] > WINDOW)
     null = sim[sim["config"] == "null"]
     assert null["over_window"].any() and not null["over_window"].all()
-    # without context_window= a compactor is bound by its context_length; others are unknown
+    # without context_window= a compactor is bound by its context_length; others by the window
+    # the thread's manager saved (1500) -- and with bare messages (nothing saved) it is unknown
     plain = simulate_compaction(t, configs)
     by = {name: g for name, g in plain.groupby("config")}
-    assert by["null"]["over_window"].isna().all() and by["window 6"]["over_window"].isna().all()
+    assert set(by["null"]["context_window"]) == set(by["window 6"]["context_window"]) == {1500}
+    assert list(by["null"]["over_window"]) == [bool(v > 1500) for v in by["null"]["context_tokens"]]
     assert set(by["compact 1500"]["context_window"]) == {1500} and not by["compact 1500"]["over_window"].any()
+    bare = simulate_compaction(
+        t.final_messages, {"null": NullManager(), "window 6": SlidingWindowManager(window_size=6)}
+    )
+    assert bare["over_window"].isna().all() and bare["context_window"].isna().all()
+    unknown = summarize_simulation(bare)
+    assert unknown["over_window_calls"].isna().all() and unknown["context_window"].isna().all()  # NA, never 0
+    with pytest.raises(UserError, match="context_window="):
+        summarize_simulation(bare, rank=True)
     # what must be kept cannot fit 300 tokens: the manager refuses, and the frame says so
     small = by["compact 300"]
     refused = small[small["trigger"] == "window exceeded"]
     assert len(refused) and refused["over_window"].all() and (refused["context_tokens"] > 300).all()
     summary = summarize_simulation(plain).set_index("config")
     assert summary.loc["compact 300", "over_window_calls"] == len(refused)
-    assert summary.loc["null", "over_window_calls"] == 0
+    assert summary.loc["null", "over_window_calls"] == int((by["null"]["context_tokens"] > 1500).sum()) > 0
     # the model's registered window, by name (for a sliding window, a null manager)
     name = f"tiny-{uuid.uuid4().hex[:8]}"
     register_metadata(name, context_window=WINDOW)
@@ -169,8 +179,11 @@ def test_tuner_summary_is_red_while_calls_are_over_the_window(recorded: Recorded
     # a compactor whose window cannot hold what must be kept: red, with the count
     tuner.update(kind="compactor", context_length=300, head_turns=1)
     assert tuner.summary["over_window_calls"] > 0 and "tulip-nb-error" in tuner.summary_html()
-    # the window of a sliding window is unknown unless said: not claimed either way
-    unknown = TunerController(t, kind="window", window_size=40)
+    # a sliding window is bound by the window the thread's manager saved (1500 here) ...
+    saved = TunerController(t, kind="window", window_size=40)
+    assert saved.window == 1500 and "calls over the 1,500-token window" in saved.summary_html()
+    # ... and with bare messages it is unknown unless said: not claimed either way
+    unknown = TunerController(t.final_messages, kind="window", window_size=40)
     assert "model window unknown" in unknown.summary_html() and "tulip-nb-ok" not in unknown.summary_html()
 
 

@@ -95,7 +95,11 @@ def test_tuner_sliders_resimulate_and_copy_config(saved: MemoryCheckpointer) -> 
     assert "redrawn in" in tuner.timing.value
     assert tuner.tail_token_fraction.max == 0.45 and tuner.tail_token_fraction.value == 0.45  # clamped below trigger
     tuner.copy_button.click()
-    line = "LLMCompactor(context_length=1500, trigger_fraction=0.5, head_turns=1, tail_token_fraction=0.45)"
+    # every LLMCompactor setting is in the line (the thread ran without a summariser: none here)
+    line = (
+        "LLMCompactor(context_length=1500, trigger_fraction=0.5, head_turns=1, tail_token_fraction=0.45, "
+        "tool_output_ttl_turns=10)"
+    )
     assert line in tuner.config.value
     assert "first order" in tuner.probes.value and "<th>dropped</th>" in tuner.table.value
     tuner.kind.value = "window"
@@ -113,6 +117,10 @@ def test_tuner_sliders_resimulate_and_copy_config(saved: MemoryCheckpointer) -> 
 
     built = eval(tuner.copy_config())
     assert (built.context_length, built.trigger_fraction, built.head_turns) == (1500, 0.5, 1)
+    # with no settings given it starts from what the thread saved
+    plain = CompactionTuner(t)
+    assert (plain.context_length.value, plain.head_turns.value, plain.trigger_fraction.value) == (1500, 1, 0.8)
+    assert plain.summarizer.value == "none" and plain.tool_output_ttl_turns.value == 10
 
 
 async def test_tuner_debounces_slider_changes_inside_a_running_loop(saved: MemoryCheckpointer) -> None:
@@ -154,7 +162,7 @@ def test_diff_view_defaults_to_a_fork_and_can_pick_threads(saved: MemoryCheckpoi
     assert d.b.value == "ticket-1-what-if" and "diverge at message 3" in d.view.value
     assert "by lineage" in d.view.value and "tool result changed" in d.view.value
     d.b.value = "other"
-    assert "other" in d.view.value and "longest common prefix" in d.view.value
+    assert "other" in d.view.value and "aligned by content" in d.view.value
     d.show_thread(open_thread(saved, "ticket-1-what-if"))
     assert d.a.value == "ticket-1-what-if"
     assert "tulip-nb-diff" in d._repr_mimebundle_()["text/html"]

@@ -24,16 +24,17 @@ notebook cell; ``aopen_corpus``, ``asummary``, ``asimulate``, ``asweep`` are the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from tulip_nb._deps import require
 from tulip_nb._sync import run_sync, sync_twin
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab._corpus_rows import SIMULATION_COLUMNS, SUMMARY_COLUMNS, simulate_task, summary_task
+from tulip_nb.lab._recorded import check_choice
 from tulip_nb.lab.executors import Progress, amap_threads, is_dask_client, require_picklable
 from tulip_nb.lab.export import open_checkpointer
-from tulip_nb.lab.simulate import Configs, Probes, _configs, _schemas, normalize_probes
+from tulip_nb.lab.simulate import RECORDED, Configs, Probes, Summarizer, _configs, _schemas, normalize_probes
 from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.memory.conversation import LLMCompactor, SummarizingConversationManager
 
@@ -45,27 +46,32 @@ if TYPE_CHECKING:
 __all__ = ["Corpus", "aopen_corpus", "open_corpus", "summarize_corpus_simulation"]
 
 _COUNTS = [c for c in SUMMARY_COLUMNS if c not in ("thread_id", "forked_from", "first_update", "last_update", "error")]
-_SIM_COUNTS = [c for c in SIMULATION_COLUMNS if c not in ("thread_id", "config", "error")]
+_SIM_COUNTS = [c for c in SIMULATION_COLUMNS if c not in ("thread_id", "config", "summarizer", "error")]
 
 
 def _pd() -> Any:
     return require("pandas")
 
 
-def _simulated_summary(messages: Any, previous: Any) -> str:
-    """Stands in for a config's summariser on the way to workers: the simulator replaces it with
-    the length model anyway (``summarize_fn`` is only a flag there), and this one pickles."""
-    raise AssertionError("the compaction simulator replaces summarisers; this is never called")
+def _choice(summarizer: Summarizer, name: str) -> Any:
+    return summarizer.get(name) if isinstance(summarizer, Mapping) else summarizer
 
 
-def _shippable(name: str, manager: Any, *, dask: bool) -> Any:
-    """``manager`` ready to send to workers (summariser swapped for a picklable stand-in), or a
-    :class:`UserError` naming the config."""
-    if isinstance(manager, LLMCompactor) and manager.summarize_fn is not None:
-        manager.summarize_fn = _simulated_summary
-    elif isinstance(manager, SummarizingConversationManager) and getattr(manager, "summarizer", None) is not None:
-        manager.summarizer = _simulated_summary
-    require_picklable(f"config {name!r} ({type(manager).__name__})", manager, dask=dask)
+def _shippable(name: str, manager: Any, choice: Any, *, dask: bool) -> Any:
+    """``manager`` ready to send to workers, or a :class:`UserError` naming the config.
+
+    Its own summariser travels with it when the simulation will run it (``summarizer=`` "auto"
+    or "config"), so it must pickle too; for the other choices it is not used and stays here.
+    """
+    if manager == RECORDED:
+        return manager
+    if choice in ("recorded", "length", "none") or callable(choice):
+        if isinstance(manager, LLMCompactor):
+            manager.summarize_fn = None
+        elif isinstance(manager, SummarizingConversationManager):
+            manager.summarizer = None
+    what = f"config {name!r} ({type(manager).__name__}, with its summariser)"
+    require_picklable(what, manager, dask=dask)
     return manager
 
 
@@ -215,9 +221,11 @@ class Corpus:
         progress: Progress = None,
         tools: Sequence[Any] | None = None,
         chunk_size: int | None = None,
+        summarizer: Summarizer = None,
     ) -> pd.DataFrame:
         """The compaction simulator (:func:`~tulip_nb.lab.simulate_compaction`) over every thread
-        x config: one row per (thread, config) — ``calls``, ``compactions``, ``max_context_tokens``,
+        x config: one row per (thread, config) — ``summarizer`` (who wrote its summaries, as the
+        simulator's column says), ``calls``, ``compactions``, ``max_context_tokens``,
         ``tokens_saved`` (summed over calls), ``over_window_calls`` (NA when the window is unknown),
         ``facts`` (probes said before the last call), ``facts_kept`` (of those, seen by the last
         call), ``error``, and one ``probe: <label>`` column per shared probe (True: seen at the
@@ -225,24 +233,37 @@ class Corpus:
 
         ``configs``: as :func:`~tulip_nb.lab.simulate_compaction` takes them. ``probes``: shared
         (``[(label, text)]``, ``{label: text}``, ``[text]``) or a callable ``thread -> probes``
-        (per thread: then only ``facts``/``facts_kept``). On an out-of-process executor configs
-        and a probes callable must pickle (:class:`UserError` names the config that does not); a
-        summariser in a config is replaced by the length model as in process, so it need not.
+        (per thread: then only ``facts``/``facts_kept``). ``summarizer``: as
+        :func:`~tulip_nb.lab.simulate_compaction` takes it — by default each thread is simulated
+        with the config's summariser, else the thread's own (re-imported, else its recorded
+        summaries); ``"length"`` for the length model. ``configs="recorded"`` (or that value in the
+        mapping) is each thread's own manager. On an out-of-process executor configs, the
+        summarisers they run and a probes callable must pickle (:class:`UserError` names the
+        config that does not).
         """
-        named = _configs(configs)
+        named = _configs(configs, defer=True)
+        if isinstance(summarizer, Mapping):
+            unknown = sorted(set(map(str, summarizer)) - {n for n, _ in named})
+            if unknown:
+                raise UserError(f"summarizer={{...}} names configs that are not simulated: {unknown}")
+        for n, _ in named:
+            check_choice(f"config {n!r}", _choice(summarizer, n))
         per_thread = callable(probes) and not isinstance(probes, (str, Sequence))
         shared = None if per_thread else normalize_probes(probes or ())  # type: ignore[arg-type]
         out_of_process = executor is not None and not _threads_only(executor)
         if out_of_process:
             dask = is_dask_client(executor)
-            named = [(n, _shippable(n, m, dask=dask)) for n, m in named]
+            named = [(n, _shippable(n, m, _choice(summarizer, n), dask=dask)) for n, m in named]
             if per_thread:
                 require_picklable("probes (a per-thread callable)", probes, dask=dask)
+            if callable(summarizer) or isinstance(summarizer, Mapping):
+                require_picklable("summarizer=", summarizer, dask=dask)
         payload = {
             "configs": named,
             "probes": probes if per_thread else shared,
             "context_window": context_window,
             "tools": _schemas(tools),
+            "summarizer": summarizer,
         }
         rows = await amap_threads(
             simulate_task, self, self.thread_ids, payload, executor=executor, progress=progress, chunk_size=chunk_size
@@ -332,7 +353,7 @@ def _frame(rows: list[dict[str, Any]], columns: list[str], counts: list[str]) ->
     for col in ("first_update", "last_update"):
         if col in frame:
             frame[col] = pd.to_datetime(frame[col], utc=True).astype("datetime64[us, UTC]")
-    for col in ("forked_from", "error"):
+    for col in ("forked_from", "summarizer", "error"):
         if col in frame:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
     return frame
@@ -342,8 +363,9 @@ def summarize_corpus_simulation(sim: pd.DataFrame) -> pd.DataFrame:
     """One row per config of a :meth:`Corpus.simulate` frame: ``threads`` (rows of that config,
     failed ones included), ``compactions`` (total) and ``mean_compactions`` (per thread read),
     ``max_context_tokens`` and ``p95_context_tokens`` (over the threads' largest calls),
-    ``threads_over_window`` (threads with at least one call over the window),
-    ``over_window_calls`` (total), ``facts`` / ``facts_kept`` (totals) and ``kept_fraction``
+    ``summarizer`` (who wrote the summaries), ``threads_over_window`` (threads with at least one
+    call over the window), ``over_window_calls`` (total; both NA when no thread's window is
+    known), ``facts`` / ``facts_kept`` (totals) and ``kept_fraction``
     (``facts_kept / facts``; NaN without facts), ``tokens_saved`` (total), ``errors`` (rows that
     failed)."""
     pd = _pd()
@@ -353,16 +375,19 @@ def summarize_corpus_simulation(sim: pd.DataFrame) -> pd.DataFrame:
         facts, kept = int(ok["facts"].sum()), int(ok["facts_kept"].sum())
         peak = ok["max_context_tokens"].dropna().astype(float)
         over = ok["over_window_calls"].dropna()
+        used = dict.fromkeys(v for x in ok["summarizer"] if isinstance(x, str) for v in x.split(", "))
+        unknown = len(over) == 0 and len(ok) > 0  # no thread's window known: not 0, NA
         rows.append(
             {
                 "config": name,
+                "summarizer": ", ".join(used) if used else None,
                 "threads": len(g),
                 "compactions": int(ok["compactions"].sum()),
                 "mean_compactions": float(ok["compactions"].mean()) if len(ok) else float("nan"),
                 "max_context_tokens": int(peak.max()) if len(peak) else pd.NA,
                 "p95_context_tokens": float(peak.quantile(0.95)) if len(peak) else float("nan"),
-                "threads_over_window": int((over > 0).sum()),
-                "over_window_calls": int(over.sum()),
+                "threads_over_window": pd.NA if unknown else int((over > 0).sum()),
+                "over_window_calls": pd.NA if unknown else int(over.sum()),
                 "facts": facts,
                 "facts_kept": kept,
                 "kept_fraction": kept / facts if facts else float("nan"),
@@ -372,6 +397,7 @@ def summarize_corpus_simulation(sim: pd.DataFrame) -> pd.DataFrame:
         )
     cols = [
         "config",
+        "summarizer",
         "threads",
         "compactions",
         "mean_compactions",
@@ -385,7 +411,10 @@ def summarize_corpus_simulation(sim: pd.DataFrame) -> pd.DataFrame:
         "tokens_saved",
         "errors",
     ]
-    return pd.DataFrame(rows, columns=cols)
+    out = pd.DataFrame(rows, columns=cols)
+    for col in ("threads_over_window", "over_window_calls"):
+        out[col] = out[col].astype("Int64")
+    return out
 
 
 async def aopen_corpus(

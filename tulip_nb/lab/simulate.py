@@ -45,6 +45,7 @@ import inspect
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
@@ -52,7 +53,9 @@ from tulip_nb._sync import sync_twin
 from tulip_nb.core.errors import ContextWindowExceeded, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._window import Window, over_window, window_for
+from tulip_nb.core.turns import split_turns
+from tulip_nb.lab._recorded import RecordedSummaries, check_choice, recorded_config, summarizer_of
+from tulip_nb.lab._window import Window, over_window, saved_window, window_for
 from tulip_nb.memory.conversation import (
     EVENTS_KEY,
     ConversationManager,
@@ -63,7 +66,7 @@ from tulip_nb.memory.conversation import (
     SlidingWindowManager,
     SummarizingConversationManager,
 )
-from tulip_nb.memory.conversation.plan import stub
+from tulip_nb.memory.conversation.plan import fingerprint, stub
 from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter
 
 if TYPE_CHECKING:
@@ -72,15 +75,31 @@ if TYPE_CHECKING:
     from tulip_nb.lab.thread import Thread
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["compaction_grid", "length_summarizer", "normalize_probes", "simulate_compaction", "summarize_simulation"]
+__all__ = [
+    "RECORDED",
+    "compaction_grid",
+    "length_summarizer",
+    "normalize_probes",
+    "simulate_compaction",
+    "summarize_simulation",
+]
+
+RECORDED = "recorded"
+"""A config that stands for the manager the thread ran with (its saved settings), e.g.
+``{"as ran": "recorded", "32k": LLMCompactor(context_length=32_000)}``; ``configs=None`` is
+``{"recorded": "recorded"}``."""
 
 _ROLES = ("system", "user", "assistant", "tool")
 Probe = tuple[str, str]
 Probes = Mapping[str, str] | Sequence[Probe | str]
 """Facts to follow: ``[(label, text), ...]``, ``{label: text}`` or ``[text, ...]`` (label = text)."""
-Configs = ConversationManager | Mapping[str, Any] | Sequence[ConversationManager | Mapping[str, Any]]
+Configs = ConversationManager | Mapping[str, Any] | Sequence[ConversationManager | Mapping[str, Any]] | str
 """Managers to simulate: one manager or config dict, a list of them (named by the manager's repr),
-or ``{name: manager or config dict}``."""
+``{name: manager or config dict}``; :data:`RECORDED` (alone or as a value) is the manager the
+thread ran with."""
+Summarizer = Any
+"""``summarizer=``: a name in :data:`~tulip_nb.lab._recorded.SUMMARIZERS`, a function, None
+(``"auto"``), or ``{config name: one of those}``."""
 
 
 def length_summarizer(
@@ -105,6 +124,15 @@ def _messages_of(source: Thread | AgentState | Sequence[Message]) -> list[Messag
     if isinstance(source, Sequence):
         return list(source)
     return list(source.final_messages)
+
+
+def _state_of(source: Thread | AgentState | Sequence[Message]) -> AgentState | None:
+    """The latest state of ``source`` (None for bare messages: nothing is recorded)."""
+    if isinstance(source, AgentState):
+        return source
+    if isinstance(source, Sequence):
+        return None
+    return source.latest.state
 
 
 _FACTORIES: dict[str, type[ConversationManager]] = {
@@ -145,10 +173,11 @@ def normalize_probes(probes: Probes) -> list[Probe]:
 
 def _one_config(spec: Mapping[str, Any]) -> bool:
     """Whether a mapping is one config dict (``{"kind": ..., "context_length": ...}``) rather than
-    ``{name: config}``: it has a ``kind`` or a value that is neither a manager nor a dict."""
+    ``{name: config}``: it has a ``kind`` or a value that is neither a manager, a dict nor
+    :data:`RECORDED`."""
     if isinstance(spec.get("kind"), str):
         return True
-    return any(not isinstance(v, (ConversationManager, Mapping)) for v in spec.values())
+    return any(not isinstance(v, (ConversationManager, Mapping)) and v != RECORDED for v in spec.values())
 
 
 def _keywords(factory: type[ConversationManager]) -> set[str] | None:
@@ -180,7 +209,23 @@ def _build(where: str, spec: Mapping[str, Any]) -> ConversationManager:
         raise UserError(f"config {where}: {factory.__name__}(...) refused it: {e}") from e
 
 
-def _configs(configs: Configs) -> list[tuple[str, ConversationManager]]:
+def _recorded_manager(state: AgentState | None) -> ConversationManager:
+    """The manager the thread ran with, rebuilt from the settings it saved."""
+    config = recorded_config(state)
+    if config is None:
+        raise UserError(
+            "configs='recorded': this thread saved no manager settings (run by tulip, by an older "
+            "tulip_nb, with a sliding window or no manager, or only messages were given); pass the "
+            "config it ran with, e.g. configs={'as ran': LLMCompactor(context_length=..., summarize_fn=...)}"
+        )
+    return _build("'recorded' (the thread's saved settings)", config)
+
+
+def _configs(configs: Configs | None, state: AgentState | None = None, *, defer: bool = False) -> list[tuple[str, Any]]:
+    """``[(name, manager)]``, each a fresh clone. :data:`RECORDED` becomes the thread's manager
+    (``state``'s saved settings), or stays the string with ``defer=True`` (resolved per thread)."""
+    if configs is None or configs == RECORDED:
+        configs = {RECORDED: RECORDED}
     if isinstance(configs, ConversationManager) or (isinstance(configs, Mapping) and _one_config(configs)):
         configs = [configs]
     items: list[tuple[str | None, Any]]
@@ -196,7 +241,9 @@ def _configs(configs: Configs) -> list[tuple[str, ConversationManager]]:
     out = []
     for name, spec in items:
         where = repr(name) if name is not None else repr(spec)
-        if isinstance(spec, ConversationManager):
+        if spec == RECORDED:
+            out.append((name or RECORDED, RECORDED if defer else _recorded_manager(state)))
+        elif isinstance(spec, ConversationManager):
             manager = spec.clone_for_spawn()
             out.append((name if name is not None else repr(spec), manager))
         elif isinstance(spec, Mapping):
@@ -209,14 +256,26 @@ def _configs(configs: Configs) -> list[tuple[str, ConversationManager]]:
     return out
 
 
-def _with_summarizer(manager: ConversationManager, summarizer: Any, counter: TokenCounter) -> None:
-    if summarizer == "config":
-        return
-    fn = summarizer if summarizer is not None else length_summarizer(counter)
-    if isinstance(manager, LLMCompactor) and manager.summarize_fn is not None:
-        manager.summarize_fn = fn
-    elif isinstance(manager, SummarizingConversationManager):
-        manager.summarizer = fn
+def _choice_for(name: str, summarizer: Summarizer) -> Any:
+    """The ``summarizer=`` choice for config ``name`` (a mapping gives one per config)."""
+    if isinstance(summarizer, Mapping):
+        choice = summarizer.get(name)
+        check_choice(f"config {name!r}", choice)
+        return choice
+    return summarizer
+
+
+def _check_summarizer(summarizer: Summarizer, names: Sequence[str]) -> None:
+    if isinstance(summarizer, Mapping):
+        unknown = sorted(set(map(str, summarizer)) - set(names))
+        if unknown:
+            raise UserError(
+                f"summarizer={{...}} names configs that are not simulated: {unknown}; configs: {list(names)}"
+            )
+        for name in summarizer:
+            check_choice(f"config {name!r}", summarizer[name])
+    else:
+        check_choice("simulate_compaction", summarizer)
 
 
 class _Sums:
@@ -343,15 +402,19 @@ async def _simulate_one(
     name: str,
     manager: ConversationManager,
     msgs: list[Message],
-    ends: list[tuple[int, int, int]],
+    ends: list[CallPoint],
     tools: list[dict[str, Any]] | None,
     sums_for: Callable[[TokenCounter], _Sums],
     probes: list[tuple[str, list[int]]],
     labels: list[str],
     exact: bool,
     context_window: Window = None,
+    *,
+    saved: int | None = None,
+    used: str | None = None,
+    served: RecordedSummaries | None = None,
 ) -> list[dict[str, Any]]:
-    bound = window_for(manager, context_window)
+    bound = window_for(manager, context_window) or saved
     counter = manager.counter if isinstance(manager, PlanningManager) else get_counter()
     sums = sums_for(counter)
     fixed = counter.count_tools(tools) + REPLY_PRIMING
@@ -362,13 +425,16 @@ async def _simulate_one(
     trigger = manager.trigger_tokens if isinstance(manager, LLMCompactor) else None
     window = manager.context_length if isinstance(manager, LLMCompactor) else None
     rows = []
-    for call, (j, turn, iteration) in enumerate(ends):
+    for j, turn, iteration, call, kind in ends:
         view = fixed + part.view + sums.span(part.n, j)
         event = None
         refused: ContextWindowExceeded | None = None
-        if exact or not _no_op(manager, plan, view, j, body):
+        source = used
+        if kind != "tulip" and (exact or not _no_op(manager, plan, view, j, body)):
             before = len(scratch.metadata.get(EVENTS_KEY, ()))
             scratch.iteration = iteration
+            if served is not None:
+                served.at, served.last_source = j, None
             try:
                 await manager.aapply(msgs[:j], tools=tools, state=scratch)
             except ContextWindowExceeded as e:  # what must be kept cannot fit: the agent stops here
@@ -382,10 +448,14 @@ async def _simulate_one(
             view = fixed + part.view + sums.span(part.n, j)
             if refused is not None and refused.tokens_needed is not None:
                 view = int(refused.tokens_needed)  # the smallest request it could have sent
+            if served is not None and event is not None and served.last_source is not None:
+                source = served.last_source  # where this compaction's summary came from
         tail = sums.roles(part.n, j)
         row: dict[str, Any] = {
             "config": name,
             "call": call,
+            "failed": kind == "failed",
+            "tulip": kind == "tulip",
             "turn": turn,
             "iteration": iteration,
             "n_messages": j,
@@ -410,6 +480,7 @@ async def _simulate_one(
             "context_length": window,
             "context_window": bound,
             "over_window": True if refused is not None else over_window(view, bound),
+            "summarizer": source,
         }
         for label, (_, hits), seen in zip(labels, probes, part.seen, strict=True):
             k = bisect_left(hits, j)  # hits before this call
@@ -419,27 +490,67 @@ async def _simulate_one(
     return rows
 
 
-def _call_points(msgs: list[Message]) -> list[tuple[int, int, int]]:
-    """``(history length, turn, iteration in the turn)`` of every model call (assistant message)."""
-    out = []
-    turn, it = 0, 0
+CallPoint = tuple[int, int, int, int, str]
+"""``(history length, turn, iteration in the turn, call, kind)`` of one model call; ``kind``:
+``"answered"``, ``"failed"`` or ``"tulip"`` (see :func:`_call_points`)."""
+
+
+def _call_points(msgs: list[Message], state: AgentState | None = None) -> list[CallPoint]:
+    """Every model call of the thread: one per assistant message (``call`` numbers them), plus
+    the **failed calls the thread recorded a compaction for** (a request sent, no answer: the
+    model raised after the manager compacted). Those are ``"failed"`` and share the ``call``
+    number of the next answered call (the event's own ``call``); replaying them keeps the
+    simulated manager where the agent's was, so the record is reproduced. Calls in turns a tulip
+    agent wrote are ``"tulip"``: tulip's own manager made them, so the simulated one is not run
+    there (its plan in effect is shown)."""
+    tulip: list[tuple[int, int]] = []
+    if state is not None:
+        tulip = [(t.first, t.last) for t in split_turns(msgs, state.metadata) if t.outcome == "tulip"]
+    out: list[CallPoint] = []
+    turn, it, k = 0, 0, 0
+    turn_at: list[tuple[int, int]] = []  # (position, turn) of each user message
     for j, m in enumerate(msgs):
         if m.role == "user":
             turn, it = turn + 1, 0
+            turn_at.append((j, turn))
         elif m.role == "assistant":
             it += 1
-            out.append((j, turn, it))
-    return out
+            by_tulip = any(first <= j <= last for first, last in tulip)
+            out.append((j, turn, it, k, "tulip" if by_tulip else "answered"))
+            k += 1
+    if state is None:
+        return out
+    answered = {p[0] for p in out}
+    extra: list[CallPoint] = []
+    for event in state.metadata.get(EVENTS_KEY) or ():
+        n = event.get("n_messages") if isinstance(event, dict) else None
+        if type(n) is not int or n in answered or not 0 < n <= len(msgs) or not _of_history(event, msgs):
+            continue
+        t = turn_at[bisect_left(turn_at, (n, 0)) - 1][1] if turn_at and turn_at[0][0] < n else 0
+        calls = bisect_left([p[0] for p in out], n)
+        iteration = event.get("iteration")
+        extra.append((n, t, iteration if type(iteration) is int else 0, calls, "failed"))
+        answered.add(n)
+    return sorted(out + extra, key=lambda p: (p[0], p[4] != "failed"))
+
+
+def _of_history(event: Mapping[str, Any], msgs: list[Message]) -> bool:
+    """Whether a recorded event was made on a prefix of ``msgs`` (not a fork source's past)."""
+    try:
+        plan = Plan.from_json(event["plan"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return plan.n <= len(msgs) and plan.fp == fingerprint(msgs, plan.n)
 
 
 async def asimulate_compaction(
     thread: Thread | str | AgentState | Sequence[Message],
-    configs: Configs,
+    configs: Configs | None = None,
     *,
     checkpointer: BaseCheckpointer | str | None = None,
     probes: Probes = (),
     tools: Sequence[Any] | None = None,
-    summarizer: Any = None,
+    summarizer: Summarizer = None,
     exact: bool = False,
     context_window: Window = None,
 ) -> pd.DataFrame:
@@ -451,14 +562,19 @@ async def asimulate_compaction(
     ``configs``: ``{name: manager or {"kind": "compactor"|"window"|"null"|"summarizing", **kwargs}}``,
     or one manager or config dict, or a list of them (named by the manager's repr); each is cloned,
     so yours are untouched. A config dict's keys are the manager's constructor arguments (a wrong
-    key raises :class:`UserError` naming the config and listing the valid keys).
+    key raises :class:`UserError` naming the config and listing the valid keys). None, or
+    :data:`RECORDED` as a value: the manager the thread ran with, from the settings it saved.
     ``probes``: facts to follow, ``[(label, text), ...]``, ``{label: text}`` or ``[text, ...]``.
     ``tools``: the tool schemas (or :class:`~tulip_nb.tools.Tool` objects) the agent sent, if known.
-    ``summarizer``: None (the length model), a ``(messages, previous) -> str`` function, or
-    ``"config"`` (keep the config's).
+    ``summarizer``: who writes the summaries (:mod:`tulip_nb.lab._recorded`): ``"auto"`` (None,
+    the default: the config's function, else the thread's — re-imported, else its recorded
+    summaries served by position), ``"config"``, ``"recorded"``, ``"length"`` (the length
+    model), ``"none"``, a ``(messages, previous) -> str`` function, or ``{config name: choice}``.
+    The ``summarizer`` column says which one wrote each config's summaries.
     ``context_window``: the model's window (tokens, or a registered model name) for the
     ``over_window`` column; by default a compactor's ``context_length``, else the window
-    registered for the manager's ``model``.
+    registered for the manager's ``model``, else the one the thread's manager saved; unknown:
+    ``over_window`` is None.
     """
     pd = require("pandas")
 
@@ -467,8 +583,10 @@ async def asimulate_compaction(
 
         thread = await aas_thread(thread, checkpointer, what="simulate_compaction")
     msgs = _messages_of(thread)
+    state = _state_of(thread)
+    saved = saved_window(state) if state is not None else None
     schemas = _schemas(tools)
-    ends = _call_points(msgs)
+    ends = _call_points(msgs, state)
     probe_list = normalize_probes(probes)
     hits = _probe_hits(msgs, probe_list)
     labels = [label for label, _ in probe_list]
@@ -480,11 +598,29 @@ async def asimulate_compaction(
             got = cache[id(counter)] = _Sums(msgs, counter)
         return got
 
+    named = _configs(configs, state)
+    _check_summarizer(summarizer, [n for n, _ in named])
     rows: list[dict[str, Any]] = []
-    for name, manager in _configs(configs):
+    for name, manager in named:
         counter = manager.counter if isinstance(manager, PlanningManager) else get_counter()
-        _with_summarizer(manager, summarizer, counter)
-        rows += await _simulate_one(name, manager, msgs, ends, schemas, sums_for, hits, labels, exact, context_window)
+        label, served = summarizer_of(
+            manager, _choice_for(name, summarizer), state, partial(length_summarizer, counter)
+        )
+        rows += await _simulate_one(
+            name,
+            manager,
+            msgs,
+            ends,
+            schemas,
+            sums_for,
+            hits,
+            labels,
+            exact,
+            context_window,
+            saved=saved,
+            used=label,
+            served=served,
+        )
     return pd.DataFrame(rows)
 
 
@@ -497,11 +633,21 @@ def _schemas(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:
     return [t.schema() if hasattr(t, "schema") else dict(t) for t in tools]
 
 
-def summarize_simulation(sim: pd.DataFrame) -> pd.DataFrame:
-    """One row per config of a :func:`simulate_compaction` frame: compactions, mean/max context
-    tokens, tokens saved (summed over calls, and as a fraction), facts kept (share of probe checks,
-    after the fact was said, where it was still in view; NaN without probes), ``over_window_calls``
-    (calls that sent more than the window; 0 also when the window is unknown)."""
+def summarize_simulation(sim: pd.DataFrame, *, rank: bool = False) -> pd.DataFrame:
+    """One row per config of a :func:`simulate_compaction` frame.
+
+    Columns: ``config``, ``summarizer`` (who wrote its summaries: the distinct values of the
+    frame's column, see :mod:`tulip_nb.lab._recorded`), ``calls``, ``compactions``, mean/max
+    context tokens, ``tokens_saved`` (summed over calls) and ``saved_fraction``, ``facts_kept``
+    (share of probe checks, after the fact was said, where it was still in view; NaN without
+    probes), ``context_window`` (the window the calls were checked against; NA: unknown) and
+    ``over_window_calls`` (calls that sent more than it; **NA when the window is unknown**, never
+    0 — simulate with ``context_window=`` to know).
+
+    ``rank=True``: best first — fewest calls over the window, then most facts kept, then fewest
+    context tokens — with a ``rank`` column (1 = best). A config whose window is unknown cannot be
+    ranked (it might send every call over it): :class:`UserError` naming ``context_window=``.
+    """
     pd = require("pandas")
 
     probe_cols = [c for c in sim.columns if str(c).startswith("probe: ")]
@@ -510,9 +656,13 @@ def summarize_simulation(sim: pd.DataFrame) -> pd.DataFrame:
         full = float(g["full_tokens"].sum())
         ctx = float(g["context_tokens"].sum())
         checks = [v for c in probe_cols for v in g[c] if v is not None and v == v]
+        known = [v for v in g["over_window"] if v is not None and v == v] if "over_window" in g else []
+        windows = [int(w) for w in g["context_window"] if w is not None and w == w] if "context_window" in g else []
+        used = [str(v) for v in dict.fromkeys(g["summarizer"]) if isinstance(v, str)] if "summarizer" in g else []
         rows.append(
             {
                 "config": name,
+                "summarizer": ", ".join(used) if used else None,
                 "calls": len(g),
                 "compactions": int(g["compacted"].sum()),
                 "mean_context_tokens": float(g["context_tokens"].mean()),
@@ -520,10 +670,35 @@ def summarize_simulation(sim: pd.DataFrame) -> pd.DataFrame:
                 "tokens_saved": int(full - ctx),
                 "saved_fraction": (full - ctx) / full if full else 0.0,
                 "facts_kept": (sum(bool(v) for v in checks) / len(checks)) if checks else float("nan"),
-                "over_window_calls": sum(v is True for v in g["over_window"]) if "over_window" in g else 0,
+                "context_window": windows[0] if windows else pd.NA,
+                "over_window_calls": sum(v is True for v in known) if known or not len(g) else pd.NA,
             }
         )
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    for col in ("context_window", "over_window_calls"):
+        if col in out:
+            out[col] = out[col].astype("Int64")
+    return _ranked(out) if rank else out
+
+
+def _ranked(summary: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` best first, with a ``rank`` column (see :func:`summarize_simulation`)."""
+    unknown = [str(c) for c in summary.loc[summary["over_window_calls"].isna(), "config"]]
+    if unknown:
+        raise UserError(
+            f"cannot rank configs whose model window is unknown ({unknown}): calls over the window are "
+            "not counted for them, so a config that sends everything would look best; simulate with "
+            "context_window=<the model's window in tokens, or a registered model name>"
+        )
+    facts = summary["facts_kept"].fillna(-1.0)
+    order = (
+        summary.assign(_f=-facts)
+        .sort_values(["over_window_calls", "_f", "mean_context_tokens"], kind="stable")
+        .drop(columns="_f")
+    )
+    order = order.reset_index(drop=True)
+    order.insert(0, "rank", range(1, len(order) + 1))
+    return order
 
 
 def compaction_grid(
@@ -536,10 +711,14 @@ def compaction_grid(
     head_turns: int = 2,
     probes: Probes = (),
     tools: Sequence[Any] | None = None,
-    summarizer: Any = None,
+    summarizer: Summarizer = None,
+    context_window: Window = None,
+    rank: bool = False,
 ) -> pd.DataFrame:
     """Sweep LLMCompactor fractions: :func:`summarize_simulation` of every combination, plus the
-    ``trigger_fraction`` and ``tail_token_fraction`` columns.
+    ``trigger_fraction`` and ``tail_token_fraction`` columns. ``summarizer``, ``context_window``:
+    as for :func:`simulate_compaction` (by default each combination summarises as the thread
+    did); ``rank=True`` sorts them best first (:func:`summarize_simulation`).
 
     A tail fraction near or above the trigger fraction compacts on every call (the kept tail alone
     crosses the trigger again): legal, but slow to simulate and rarely what you want.
@@ -555,9 +734,16 @@ def compaction_grid(
             )
             params[name] = (tf, tail)
     sim = simulate_compaction(
-        thread, configs, checkpointer=checkpointer, probes=probes, tools=tools, summarizer=summarizer
+        thread,
+        configs,
+        checkpointer=checkpointer,
+        probes=probes,
+        tools=tools,
+        summarizer=summarizer,
+        context_window=context_window,
     )
-    out = summarize_simulation(sim)
-    out.insert(1, "trigger_fraction", [params[c][0] for c in out["config"]])
-    out.insert(2, "tail_token_fraction", [params[c][1] for c in out["config"]])
+    out = summarize_simulation(sim, rank=rank)
+    at = list(out.columns).index("config") + 1
+    out.insert(at, "trigger_fraction", [params[c][0] for c in out["config"]])
+    out.insert(at + 1, "tail_token_fraction", [params[c][1] for c in out["config"]])
     return out

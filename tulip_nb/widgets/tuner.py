@@ -25,13 +25,18 @@ def _slider(**kw: Any) -> dict[str, Any]:
 class CompactionTuner(Panel):
     """Tune compaction on a saved thread (:class:`~tulip_nb.lab.controllers.TunerController`).
 
-    Sliders: ``context_length``, ``trigger_fraction``, ``head_turns``, ``tail_token_fraction`` (an
-    :class:`~tulip_nb.memory.compactor.LLMCompactor`), or ``window_size`` (a
-    :class:`~tulip_nb.memory.managers.SlidingWindowManager`). Every change re-runs the simulator
-    (cached per setting) and redraws the plot, the kept/dropped table and the fact-survival probes;
-    **Copy config** shows the Python line that builds the manager. Calls sent more than the model's
-    window (``context_window=``: tokens or a registered model name; default the compactor's
-    ``context_length``) are red in the plot, and the summary says how many::
+    Sliders: every :class:`~tulip_nb.memory.compactor.LLMCompactor` setting (``context_length``,
+    ``trigger_fraction``, ``head_turns``, ``tail_token_fraction``, ``tool_output_ttl_turns``) and
+    who writes the summaries (``summarizer``: the thread's summariser function, its recorded
+    summaries, none, or the length model), or ``window_size`` (a
+    :class:`~tulip_nb.memory.managers.SlidingWindowManager`). They start from what the thread ran
+    (its saved settings and summariser; ``summarize_fn=`` gives yours). Every change re-runs the
+    simulator (cached per setting) and redraws the plot, the kept/dropped table and the
+    fact-survival probes; **Copy config** shows the Python code that builds the manager the
+    sliders show, summariser included (by import path, or a line saying it cannot be imported).
+    Calls sent more than the model's window (``context_window=``: tokens or a registered model
+    name; default the compactor's ``context_length``, else the thread's saved window) are red in
+    the plot, and the summary says how many::
 
         from tulip_nb.widgets import CompactionTuner
 
@@ -50,9 +55,12 @@ class CompactionTuner(Panel):
         context_window: int | str | None = None,
         debounce: float = 0.12,
         max_context_length: int = 256_000,
+        summarize_fn: Any = None,
         **settings: Any,
     ) -> None:
-        self.controller = TunerController(thread, probes=probes, tools=tools, context_window=context_window, **settings)
+        self.controller = TunerController(
+            thread, probes=probes, tools=tools, context_window=context_window, summarize_fn=summarize_fn, **settings
+        )
         self._busy = False
         s = self.controller.settings
         self.kind = W.ToggleButtons(
@@ -74,6 +82,14 @@ class CompactionTuner(Panel):
             description="tail_token_fraction",
             **_slider(),
         )
+        self.tool_output_ttl_turns = W.IntSlider(
+            value=s["tool_output_ttl_turns"], min=0, max=max(50, s["tool_output_ttl_turns"]),
+            description="tool_output_ttl_turns", **_slider(),
+        )  # fmt: skip
+        self.summarizer = W.Dropdown(
+            options=self.controller.summarizer_options(), value=s["summarizer"], description="summarizer",
+            style={"description_width": "12em"}, layout=W.Layout(width="36em"),
+        )  # fmt: skip
         self.window_size = W.IntSlider(value=s["window_size"], min=2, max=400, description="window_size", **_slider())
         self.copy_button = W.Button(description="Copy config", icon="copy")
         self.config = W.HTML()
@@ -88,6 +104,8 @@ class CompactionTuner(Panel):
             "trigger_fraction": self.trigger_fraction,
             "head_turns": self.head_turns,
             "tail_token_fraction": self.tail_token_fraction,
+            "tool_output_ttl_turns": self.tool_output_ttl_turns,
+            "summarizer": self.summarizer,
             "window_size": self.window_size,
         }
         super().__init__(
@@ -158,17 +176,31 @@ class CompactionTuner(Panel):
             self.copy_config()
 
     def copy_config(self) -> str:
-        """Show (and return) the Python line building the chosen manager."""
-        line = self.controller.config_line()
-        self.config.value = f"<pre class='tulip-nb-config'>{esc(line)}</pre>"
-        return line
+        """Show (and return) the Python code building the chosen manager
+        (:meth:`~tulip_nb.lab.controllers.TunerController.config_code`)."""
+        code = self.controller.config_code()
+        self.config.value = f"<pre class='tulip-nb-config'>{esc(code)}</pre>"
+        return code
 
     def show_thread(self, thread: Thread) -> None:
-        """Tune another thread with the same settings and probes (a :class:`ThreadBrowser` calls this)."""
+        """Tune another thread with the same settings and probes (a :class:`ThreadBrowser` calls
+        this); its summariser is that thread's own (or the ``summarize_fn=`` you gave)."""
         c = self.controller
+        settings = {k: v for k, v in c.settings.items() if k != "summarizer"}
         self.controller = TunerController(
-            thread, probes=c.probes, tools=c.tools, context_window=c.context_window, **c.settings
+            thread,
+            probes=c.probes,
+            tools=c.tools,
+            context_window=c.context_window,
+            summarize_fn=c.user_summarize_fn,
+            **settings,
         )
+        self._busy = True  # the dropdown follows the new thread's choices without a re-simulation
+        try:
+            self.summarizer.options = self.controller.summarizer_options()
+            self.summarizer.value = self.controller.settings["summarizer"]
+        finally:
+            self._busy = False
         self._show()
 
     def fallback_html(self) -> str:

@@ -1,8 +1,13 @@
 """Tune a conversation manager on a saved thread: settings in, simulation, plot and tables out.
 
-:class:`TunerController` holds one set of settings (``kind`` ``"compactor"`` with
-``context_length``, ``trigger_fraction``, ``head_turns``, ``tail_token_fraction``, or ``"window"``
-with ``window_size``), runs :func:`tulip_nb.lab.simulate_compaction` for it, and renders the
+:class:`TunerController` holds one set of settings (``kind`` ``"compactor"`` with every
+:class:`~tulip_nb.memory.compactor.LLMCompactor` setting — ``context_length``,
+``trigger_fraction``, ``head_turns``, ``tail_token_fraction``, ``tool_output_ttl_turns`` — and
+``summarizer``, who writes the summaries; or ``"window"`` with ``window_size``). It **starts from
+what the thread ran**: the settings its manager saved, and its summariser (the function you pass
+as ``summarize_fn=``, else the one re-imported from the thread's record, else the summaries the
+thread recorded, served by position; :mod:`tulip_nb.lab._recorded`). It runs
+:func:`tulip_nb.lab.simulate_compaction` for them and renders the
 token plot (:func:`tulip_nb.lab.plot_token_usage`, calls over the model's window in red), the
 kept/dropped table and the fact-survival probes; the summary is red, not green, when any call was
 sent more than the window and says how many. Results are cached per settings (a slider moved
@@ -16,6 +21,16 @@ simulation plus one PNG encode::
     t.summary                       # compactions, tokens saved, facts kept
     t.png                           # the plot, as PNG bytes
     t.config_line()                 # 'LLMCompactor(context_length=32000, trigger_fraction=0.7, ...)'
+    t.config_code()                 # the same with the summariser's import line: paste it back
+
+The code :meth:`config_code` gives builds a manager equal to :meth:`manager` (what was
+simulated), summariser included — named by its import path; when it cannot be imported (a lambda,
+a closure, the length model, summaries only recorded) the line names what to pass instead and
+fails loudly (a ``NameError``) rather than building a different agent.
+
+Summariser choices (``summarizer=``): ``"callable"`` (a function runs: yours, or the thread's
+re-imported), ``"recorded"`` (the thread's recorded summaries), ``"length"`` (the length model, a
+stand-in that keeps no facts), ``"none"`` (the middle is dropped).
 """
 
 from __future__ import annotations
@@ -31,6 +46,14 @@ from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import esc
+from tulip_nb.lab._recorded import (
+    RecordedSummaries,
+    import_path,
+    import_summarizer,
+    recorded_config,
+    recorded_summarizer_ref,
+    summarizer_note,
+)
 from tulip_nb.lab._window import Window
 from tulip_nb.lab.controllers._html import more_note, note, png_tag, scroll_box, table
 from tulip_nb.lab.plots import (
@@ -38,12 +61,13 @@ from tulip_nb.lab.plots import (
     OVER_GID,
     TRIGGER_GID,
     WINDOW_GID,
+    fit_token_axis,
     over_window_marks,
     over_window_mask,
     plot_token_usage,
     to_png,
 )
-from tulip_nb.lab.simulate import Probes, normalize_probes, simulate_compaction, summarize_simulation
+from tulip_nb.lab.simulate import Probes, _state_of, normalize_probes, simulate_compaction, summarize_simulation
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.memory.managers import ConversationManager, SlidingWindowManager
 
@@ -61,11 +85,29 @@ DEFAULTS: dict[str, Any] = {
     "trigger_fraction": 0.8,
     "head_turns": 2,
     "tail_token_fraction": 0.5,
+    "tool_output_ttl_turns": 10,
+    "summarizer": None,
     "window_size": 40,
 }
-"""Starting settings (the defaults of :class:`LLMCompactor` except a 32k window)."""
+"""Starting settings when the thread saved none (the defaults of :class:`LLMCompactor` except a
+32k window); ``summarizer`` None: the thread's (see the module docstring)."""
 
-_COMPACTOR_KEYS = ("context_length", "trigger_fraction", "head_turns", "tail_token_fraction")
+SUMMARIZER_CHOICES = ("callable", "recorded", "length", "none")
+"""What writes the summaries (module docstring)."""
+_SUMMARIZER_LABELS = {
+    "callable": "the summariser function",
+    "recorded": "the thread's recorded summaries",
+    "length": "length model (keeps no facts)",
+    "none": "none: the middle is dropped",
+}
+_COMPACTOR_KEYS = (
+    "context_length",
+    "trigger_fraction",
+    "head_turns",
+    "tail_token_fraction",
+    "tool_output_ttl_turns",
+    "summarizer",
+)
 CACHE_SIZE = 64
 TABLE_ROWS = 40
 """Rows of the kept/dropped table shown (the newest; a long thread compacts many times)."""
@@ -81,6 +123,9 @@ class TunerController:
     ``context_window``: the model's window (tokens or a registered model name), what
     ``over_window`` is measured against (default: the compactor's ``context_length``; for the
     sliding window, the window registered for the model, if any).
+    ``summarize_fn``: your summariser function (default: the thread's, re-imported when its
+    saved import path allows). ``**settings`` override the starting ones (the thread's saved
+    settings, else :data:`DEFAULTS`).
     ``timings`` keeps the milliseconds of each :meth:`update` (simulate, draw, total).
     """
 
@@ -91,15 +136,31 @@ class TunerController:
         probes: Probes = (),
         tools: Sequence[Any] | None = None,
         context_window: Window = None,
+        summarize_fn: Any = None,
         **settings: Any,
     ) -> None:
         self.thread = thread
         self.probes = normalize_probes(probes)
         self.tools = tools
         self.context_window = context_window
-        self.settings: dict[str, Any] = dict(DEFAULTS)
+        state = _state_of(thread)
+        self.recorded_summarizer = recorded_summarizer_ref(state)
+        """The import path of the thread's summariser, as its manager saved it (None: not saved)."""
+        if summarize_fn is not None and not callable(summarize_fn):
+            raise UserError(f"summarize_fn must be a function (messages, previous) -> str, got {summarize_fn!r}")
+        self.user_summarize_fn = summarize_fn
+        """The summariser you passed (None: the thread's own is used)."""
+        self.summarize_fn = summarize_fn if summarize_fn is not None else import_summarizer(self.recorded_summarizer)
+        """The summariser function ``"callable"`` runs (yours, or the thread's re-imported; None: none)."""
+        self._has_recorded = state is not None and (
+            len(RecordedSummaries(state, _no_summary)) > 0 or self.recorded_summarizer is not None
+        )
+        self.settings: dict[str, Any] = {**DEFAULTS, **self._recorded_settings(state)}
         self._check(settings)
         self.settings.update(settings)
+        if self.settings["summarizer"] is None:
+            self.settings["summarizer"] = self.summarizer_options()[0][1]
+        self._check(self.settings)
         self._cache: OrderedDict[tuple[Any, ...], pd.DataFrame] = OrderedDict()
         self._fig: Figure | None = None
         self._png: bytes | None = None
@@ -112,13 +173,40 @@ class TunerController:
 
     # -- settings -------------------------------------------------------------------------------
     @staticmethod
-    def _check(settings: dict[str, Any]) -> None:
+    def _recorded_settings(state: AgentState | None) -> dict[str, Any]:
+        """The starting settings the thread's manager saved (an LLMCompactor's), else none."""
+        config = recorded_config(state)
+        if config is None or config.get("kind") != "compactor":
+            return {}
+        return {k: config[k] for k in _COMPACTOR_KEYS if k in config} | {"kind": "compactor"}
+
+    def summarizer_options(self) -> list[tuple[str, str]]:
+        """``(label, choice)`` of the summarisers this thread can be simulated with, the thread's
+        own first (a function when one is known, else its recorded summaries)."""
+        out = []
+        if self.summarize_fn is not None:
+            name = getattr(self.summarize_fn, "__qualname__", None) or repr(self.summarize_fn)
+            out.append((f"{name} (function)", "callable"))
+        if self._has_recorded:
+            out.append((_SUMMARIZER_LABELS["recorded"], "recorded"))
+        out += [(_SUMMARIZER_LABELS[c], c) for c in ("none", "length")]
+        return out
+
+    def _check(self, settings: dict[str, Any]) -> None:
         unknown = set(settings) - set(DEFAULTS)
         if unknown:
             raise UserError(f"unknown tuner settings {sorted(unknown)}; allowed: {sorted(DEFAULTS)}")
         kind = settings.get("kind", "compactor")
         if kind not in ("compactor", "window"):
             raise UserError(f"kind must be 'compactor' or 'window', got {kind!r}")
+        choice = settings.get("summarizer")
+        allowed = [c for _, c in self.summarizer_options()]
+        if choice is not None and choice not in allowed:
+            why = {
+                "callable": "no summariser function is known: pass summarize_fn=",
+                "recorded": "the thread recorded no summary",
+            }.get(str(choice), f"choose one of {list(SUMMARIZER_CHOICES)}")
+            raise UserError(f"summarizer={choice!r} is not available for this thread ({why}); available: {allowed}")
 
     def _key(self) -> tuple[Any, ...]:
         s = self.settings
@@ -127,7 +215,9 @@ class TunerController:
         return ("compactor", *(s[k] for k in _COMPACTOR_KEYS))
 
     def manager(self) -> ConversationManager:
-        """A new manager built from the current settings."""
+        """A new manager built from the current settings, with the summariser that is simulated
+        when it is a function (the recorded summaries and the length model are simulation
+        stand-ins: then ``summarize_fn`` is None here and :meth:`config_code` says so)."""
         s = self.settings
         if s["kind"] == "window":
             return SlidingWindowManager(window_size=int(s["window_size"]))
@@ -136,18 +226,67 @@ class TunerController:
             trigger_fraction=float(s["trigger_fraction"]),
             head_turns=int(s["head_turns"]),
             tail_token_fraction=float(s["tail_token_fraction"]),
+            summarize_fn=self.summarize_fn if s["summarizer"] == "callable" else None,
+            tool_output_ttl_turns=int(s["tool_output_ttl_turns"]),
         )
 
+    def _summarize_arg(self) -> tuple[str | None, str | None, str | None]:
+        """``(summarize_fn= source, import line, comment)`` for the current summariser."""
+        choice = self.settings["summarizer"]
+        if choice == "none":
+            return None, None, None
+        if choice == "callable":
+            path = import_path(self.summarize_fn)
+            if path is not None:
+                module, qualname = path
+                head = qualname.split(".")[0]
+                if module == "__main__":
+                    return qualname, None, "defined in this notebook"
+                return qualname, f"from {module} import {head}", None
+            name = getattr(self.summarize_fn, "__name__", "")
+            where = f"{getattr(self.summarize_fn, '__module__', '?')}.{getattr(self.summarize_fn, '__qualname__', '?')}"
+            arg = name if name.isidentifier() else "YOUR_SUMMARIZER"
+            return arg, None, f"cannot be imported ({where}, a lambda or closure): put yours in scope as {arg}"
+        ref = self.recorded_summarizer
+        if choice == "recorded":
+            if ref is not None:
+                last = ref["qualname"].split(".")[-1]
+                arg = last if last.isidentifier() else "YOUR_SUMMARIZER"
+                return (
+                    arg,
+                    None,
+                    (
+                        f"simulated with the recorded summaries; the thread ran {ref['module']}.{ref['qualname']}, "
+                        f"which cannot be imported here: put it in scope as {arg}"
+                    ),
+                )
+            return "YOUR_SUMMARIZER", None, "simulated with the recorded summaries; the thread saved no summariser path"
+        return "YOUR_SUMMARIZER", None, "simulated with the length model (keeps no facts): pass a real summariser"
+
     def config_line(self) -> str:
-        """The Python line that builds the chosen manager (paste it into ``Agent(...)``)."""
+        """The Python expression that builds the chosen manager (paste it into ``Agent(...)``);
+        a summariser that needs an import or cannot be named carries a comment
+        (:meth:`config_code` adds the import line)."""
         s = self.settings
         if s["kind"] == "window":
             return f"SlidingWindowManager(window_size={int(s['window_size'])})"
-        return (
+        arg, _, comment = self._summarize_arg()
+        line = (
             f"LLMCompactor(context_length={int(s['context_length'])}, "
             f"trigger_fraction={float(s['trigger_fraction']):g}, head_turns={int(s['head_turns'])}, "
-            f"tail_token_fraction={float(s['tail_token_fraction']):g})"
+            f"tail_token_fraction={float(s['tail_token_fraction']):g}, "
+            f"tool_output_ttl_turns={int(s['tool_output_ttl_turns'])}"
+            + (f", summarize_fn={arg})" if arg is not None else ")")
         )
+        return line + (f"  # summarize_fn {comment}" if comment else "")
+
+    def config_code(self) -> str:
+        """:meth:`config_line` with the import line its summariser needs, if any (module docstring)."""
+        line = self.config_line()
+        if self.settings["kind"] == "window":
+            return line
+        _, imports, _ = self._summarize_arg()
+        return f"{imports}\n{line}" if imports else line
 
     # -- running --------------------------------------------------------------------------------
     def update(self, **settings: Any) -> pd.DataFrame:
@@ -159,12 +298,14 @@ class TunerController:
         sim = self._cache.get(key)
         cached = sim is not None
         if sim is None:
+            choice = self.settings["summarizer"] if self.settings["kind"] == "compactor" else None
             sim = simulate_compaction(
                 self.thread,
                 {"tuned": self.manager()},
                 probes=self.probes,
                 tools=self.tools,
                 context_window=self.context_window,
+                summarizer="config" if choice in (None, "callable") else choice,
             )
             self._cache[key] = sim
             if len(self._cache) > CACHE_SIZE:
@@ -220,10 +361,9 @@ class TunerController:
                 line.set_label(f"{'trigger' if gid == TRIGGER_GID else 'window'} ({value:,})")
             else:
                 line.set_label(f"_{gid}")
-        ax.relim(visible_only=True)
-        ax.autoscale_view()
-        ax.legend(loc="upper left", fontsize="small")
-        fig.axes[0].set_title(f"Token usage — {self.config_line()}", fontsize="small")
+        fit_token_axis(ax)  # the y axis follows what is sent, not the full history
+        title = self.config_line().split("  # ")[0] + summarizer_note(sim)
+        fig.axes[0].set_title(f"Token usage — {title}", fontsize="small")
         return to_png(fig)
 
     # -- results --------------------------------------------------------------------------------
@@ -291,7 +431,10 @@ class TunerController:
             f"{s['calls']} model calls, {s['compactions']} compactions, max {s['max_context_tokens']:,} tokens sent, "
             f"{s['saved_fraction']:.0%} tokens saved, facts kept {facts}"
         )
-        over = int(s.get("over_window_calls") or 0)
+        over_calls: Any = s.get("over_window_calls")
+        over = 0 if _missing(over_calls) else int(over_calls)
+        if self.settings["kind"] == "compactor":
+            text += f"; summaries: {_SUMMARIZER_LABELS[self.settings['summarizer']]}"
         if over:
             window = self.window
             where = f"the {window:,}-token window" if window else "the window"
@@ -349,6 +492,21 @@ class TunerController:
             + self.probes_html()
             + "</div>"
         )
+
+
+def _no_summary(messages: list[Message], previous: str | None) -> str:
+    return ""
+
+
+def _missing(v: Any) -> bool:
+    """None, NaN or ``pd.NA`` (an unknown count)."""
+    return v is None or v is pd_na() or v != v
+
+
+def pd_na() -> Any:
+    import pandas as pd
+
+    return pd.NA
 
 
 def _first(frame: pd.DataFrame, col: str) -> int | None:

@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
     from tulip_nb.tokens import TokenCounter
 
-__all__ = ["LLMCompactor", "SummarizeFn", "default_conversation_manager"]
+__all__ = ["LLMCompactor", "SummarizeFn", "default_conversation_manager", "summarizer_ref"]
 
 SummarizeFn = Callable[[list[Message], str | None], "Awaitable[str] | str"]
 """``summarize_fn(messages, previous_summary) -> str`` (async or sync)."""
@@ -143,6 +143,25 @@ class LLMCompactor(PlanningManager):
 
     def window_tokens(self) -> int | None:
         return self.context_length
+
+    def get_state(self) -> dict[str, Any]:
+        """The planning state plus what this compactor is: ``"config"`` (its settings, the keys of
+        a lab config dict) and ``"summarizer"`` (the summariser's import path, see
+        :func:`summarizer_ref`), so a saved thread says what it ran with."""
+        out = super().get_state()
+        out["config"] = {
+            "kind": "compactor",
+            "context_length": self.context_length,
+            "trigger_fraction": self.trigger_fraction,
+            "head_turns": self.head_turns,
+            "tail_token_fraction": self.tail_token_fraction,
+            "tool_output_ttl_turns": self.tool_output_ttl_turns,
+            **({"model": self.model} if self.model is not None else {}),
+        }
+        ref = summarizer_ref(self.summarize_fn)
+        if ref is not None:
+            out["summarizer"] = ref
+        return out
 
     # -- budgets (an overflow report caps them for this thread) --------------------------------
     @property
@@ -497,6 +516,19 @@ def _merge(ranges: Ranges) -> Ranges:
         else:
             out.append((s, e))
     return out
+
+
+def summarizer_ref(fn: Any) -> dict[str, str] | None:
+    """Where a summariser can be imported from: ``{"module": ..., "qualname": ...}`` (None without
+    one, or for an object without those names). Recorded in the manager state so a notebook can
+    re-import the function the thread ran with; a lambda or a nested function is recorded too
+    (its qualname holds ``<lambda>`` / ``<locals>``) and the lab then says it cannot import it."""
+    if fn is None:
+        return None
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    return {"module": module, "qualname": qualname}
 
 
 def default_conversation_manager(context_window: int | None, max_iterations: int = 20) -> ConversationManager:

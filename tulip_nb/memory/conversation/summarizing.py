@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from tulip_nb.core.errors import ContextWindowExceeded, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.memory.conversation.base import PlanningManager
+from tulip_nb.memory.conversation.compactor import summarizer_ref
 from tulip_nb.memory.conversation.plan import HistoryIndex, Plan, fingerprint, render
 from tulip_nb.tokens import REPLY_PRIMING
 
@@ -127,6 +128,24 @@ class SummarizingConversationManager(PlanningManager):
 
     def window_tokens(self) -> int | None:
         return self.context_length
+
+    def get_state(self) -> dict[str, Any]:
+        """The planning state plus ``"config"`` (its settings) and ``"summarizer"`` (a summariser
+        function's import path; a model object is not recorded)."""
+        out = super().get_state()
+        out["config"] = {
+            "kind": "summarizing",
+            "summary_ratio": self.summary_ratio,
+            "preserve_recent_messages": self.preserve_recent_messages,
+            "context_length": self.context_length,
+            "trigger_fraction": self.trigger_fraction,
+            **({"model": self.model} if self.model is not None else {}),
+        }
+        fn = self.summarizer
+        ref = summarizer_ref(fn) if fn is not None and not hasattr(fn, "complete") else None
+        if ref is not None:
+            out["summarizer"] = ref
+        return out
 
     @property
     def summary(self) -> str | None:
