@@ -98,7 +98,7 @@ def test_fork_then_diff_reports_the_edit_and_what_followed(recorded: Recorded) -
     assert b.lineage["relation"][0] == "parent"
 
 
-def test_diff_without_lineage_uses_common_prefix() -> None:
+def test_diff_without_lineage_aligns_by_content() -> None:
     import asyncio
 
     cp = MemoryCheckpointer()
@@ -106,7 +106,7 @@ def test_diff_without_lineage_uses_common_prefix() -> None:
     asyncio.run(cp.save(AgentState(messages=[*shared, Message.user("x")]), "a"))
     asyncio.run(cp.save(AgentState(messages=[*shared, Message.user("y"), Message.assistant("z")]), "b"))
     d = diff_threads(open_thread(cp, "a"), open_thread(cp, "b"))
-    assert d.method == "prefix" and d.ancestor is None and d.divergence_index == 3
+    assert d.method == "content" and d.ancestor is None and d.divergence_index == 3
     assert [(c.kind, c.index_a, c.index_b) for c in d.changes] == [("changed", 3, 3), ("added", None, 4)]
     same = diff_threads(open_thread(cp, "a"), open_thread(cp, "a"))
     assert same.identical and "identical" in same.summary()

@@ -26,6 +26,7 @@ __all__ = [
     "canonical_json",
     "esc",
     "message_key",
+    "message_value",
     "short",
 ]
 
@@ -80,15 +81,75 @@ def canonical_json(value: Any) -> bytes:
         return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
 
 
-def message_key(msg: Message) -> bytes:
-    """What makes two messages "the same" in a diff: the sha256 of their canonical JSON
-    (:func:`canonical_json`), independent of the key order and number spelling of the store."""
-    raw = msg.json_bytes()
+_FIELD_DEFAULTS: dict[str, Any] = {
+    "content": None,
+    "tool_calls": [],
+    "tool_call_id": None,
+    "name": None,
+    "metadata": {},
+}
+"""Message fields whose default value means "not there": ``{}`` and a missing key are the same."""
+
+_CALL_DEFAULTS: dict[str, Any] = {"arguments": {}, "malformed_arguments": None}
+
+
+def _loads(raw: bytes) -> Any:
     try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        value = json.loads(raw)
-    return hashlib.sha256(canonical_json(value)).digest()
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:  # an int beyond 64 bits
+        return json.loads(raw)
+
+
+def message_value(msg: Message, *, ids: bool = True) -> dict[str, Any]:
+    """A message as a plain JSON value, the form :func:`message_key` hashes.
+
+    Fields at their default (``content`` None, no ``tool_calls``, no ``tool_call_id``, no ``name``,
+    empty ``metadata``) are left out, so a message a store saved without ``"metadata": {}`` equals
+    one saved with it. ``ids=False`` also leaves out every tool-call id and ``tool_call_id``: a call
+    is its position (ARCHITECTURE decision 10), so a diff never reports an id-only difference.
+    Extra fields (``extra="allow"``: what another SDK added) are kept.
+
+    >>> from tulip_nb.core.messages import ToolCall
+    >>> m = Message.assistant(None, [ToolCall(id="call_7", name="get", arguments={"n": 1.0})])
+    >>> message_value(m, ids=False)
+    {'role': 'assistant', 'tool_calls': [{'name': 'get', 'arguments': {'n': 1.0}}]}
+    """
+    value = _loads(msg.json_bytes())
+    if not isinstance(value, dict):  # pragma: no cover - a Message always dumps an object
+        return {"value": value}
+    out = {k: v for k, v in value.items() if not (k in _FIELD_DEFAULTS and v == _FIELD_DEFAULTS[k])}
+    calls = out.get("tool_calls")
+    if isinstance(calls, list):
+        out["tool_calls"] = [_call_value(c, ids) for c in calls]
+    if not ids:
+        out.pop("tool_call_id", None)
+    return out
+
+
+def _call_value(call: Any, ids: bool) -> Any:
+    if not isinstance(call, dict):
+        return call
+    return {
+        k: v for k, v in call.items() if not (k in _CALL_DEFAULTS and v == _CALL_DEFAULTS[k]) and (ids or k != "id")
+    }
+
+
+def message_key(msg: Message, *, ids: bool = True) -> bytes:
+    """What makes two messages "the same" for the lab: the sha256 of the canonical JSON
+    (:func:`canonical_json`: keys sorted, integral floats as ints) of :func:`message_value`.
+
+    The key does not depend on the key order or number spelling of the store, nor on whether a
+    default field (``"metadata": {}``) was written out. With ``ids=False`` (what
+    :func:`~tulip_nb.lab.diff_threads` uses) tool-call ids do not count either; the default
+    ``ids=True`` keeps them, for callers that compare a record with its own replay.
+
+    >>> from tulip_nb.core.messages import ToolCall
+    >>> one = Message.assistant(None, [ToolCall(id="call_1", name="get", arguments={"b": 1.0})])
+    >>> two = Message.assistant(None, [ToolCall(id="call_9", name="get", arguments={"b": 1})])
+    >>> message_key(one) == message_key(two), message_key(one, ids=False) == message_key(two, ids=False)
+    (False, True)
+    """
+    return hashlib.sha256(canonical_json(message_value(msg, ids=ids))).digest()
 
 
 def _edited(msg: Message, how: Any, where: str) -> Message:
