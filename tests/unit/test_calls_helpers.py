@@ -71,11 +71,14 @@ def test_empty_thread() -> None:
 
 
 def test_model_view_uses_the_same_numbering() -> None:
+    from tulip_nb.core.keys import RUN_KEY
     from tulip_nb.core.state import AgentState
 
     msgs = _thread(["system", "user", "assistant", "user", "assistant"])
-    state = AgentState(messages=msgs)
+    state = AgentState(messages=msgs, metadata={RUN_KEY: {"status": "complete"}})  # a tulip_nb thread
     assert model_view(state, call=1) == msgs[:4]
+    # with no mark of tulip_nb the calls are tulip's: unknown unless told tulip sent the whole history
+    assert model_view(AgentState(messages=msgs), call=1, tulip_view="full") == msgs[:4]
     assert model_view(state, call=-1) == model_view(state, call=1)
     with pytest.raises(IndexError, match="no model call 2: the messages record 2 model calls"):
         model_view(state, call=2)

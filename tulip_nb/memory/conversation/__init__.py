@@ -33,7 +33,14 @@ from tulip_nb.memory.conversation.base import (
     saved_token_counts,
 )
 from tulip_nb.memory.conversation.compactor import LLMCompactor, SummarizeFn, default_conversation_manager
-from tulip_nb.memory.conversation.events import EVENTS_KEY, STATE_KEY, compaction_events, model_view, model_views
+from tulip_nb.memory.conversation.events import (
+    EVENTS_KEY,
+    STATE_KEY,
+    TulipView,
+    compaction_events,
+    model_view,
+    model_views,
+)
 from tulip_nb.memory.conversation.plan import HistoryIndex, Plan
 from tulip_nb.memory.conversation.summarizing import SummarizingConversationManager
 from tulip_nb.memory.conversation.window import SlidingWindowConversationManager, SlidingWindowManager
@@ -52,6 +59,7 @@ __all__ = [
     "SlidingWindowManager",
     "SummarizeFn",
     "SummarizingConversationManager",
+    "TulipView",
     "compaction_events",
     "default_conversation_manager",
     "model_view",

@@ -20,22 +20,56 @@ The model call that produced the ``k``-th assistant message of a thread saw the 
 that message; :func:`model_view` rebuilds that view from the saved state alone::
 
     view = model_view(state, call=k)          # list[Message], as sent to the model
+
+**Calls a tulip agent made.** A thread tulip_nb saves can be resumed by a tulip agent (the real
+SDK), which appends turns of its own. Those calls went through *tulip's* conversation manager, which
+records nothing in the thread, so tulip_nb's events say nothing about them: applying the last
+tulip_nb plan to them would show a view tulip never sent. A call is **tulip's** when the turn it
+belongs to has outcome ``tulip`` in :func:`~tulip_nb.core.turns.split_turns` (a turn tulip_nb's turn
+log does not cover, or every turn of a thread that carries no mark of tulip_nb at all). What such a
+call saw is, by the ``tulip_view`` argument:
+
+- ``"unknown"`` (the default): NA -- :func:`model_view` raises :class:`~tulip_nb.core.errors.UserError`
+  naming the call and the argument, :func:`model_views` gives None for it (``Thread.usage`` shows NA);
+- ``"full"``: the whole history before the call, which is what tulip's ``NullManager`` sends. Say
+  so only when you know that agent ran the ``NullManager``: tulip's default manager compacts.
+
+Calls no turn can attribute to tulip (a thread saved before tulip_nb kept a turn log, or a history
+a manager was applied to outside an agent) are read from the events as always.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
-from tulip_nb.core.calls import model_call_count, model_call_index, model_calls
-from tulip_nb.core.keys import EVENTS_KEY, STATE_KEY
+from tulip_nb.core.calls import calls_before, model_call_count, model_call_index, model_calls
+from tulip_nb.core.errors import UserError
+from tulip_nb.core.keys import EVENTS_KEY, RUN_KEY, STATE_KEY
 from tulip_nb.core.messages import Message
+from tulip_nb.core.turns import split_turns, turn_log
 from tulip_nb.memory.conversation.plan import STUB_VERSION, Plan, fingerprint, render
 
 if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
 
-__all__ = ["EVENTS_KEY", "STATE_KEY", "compaction_events", "make_event", "model_view", "model_views"]
+__all__ = [
+    "EVENTS_KEY",
+    "STATE_KEY",
+    "TULIP_VIEWS",
+    "TulipView",
+    "compaction_events",
+    "make_event",
+    "model_view",
+    "model_views",
+    "tulip_turns",
+]
+
+TulipView = Literal["unknown", "full"]
+"""What a call a tulip agent made is taken to have seen (see the module docstring)."""
+
+TULIP_VIEWS: Final[tuple[str, ...]] = get_args(TulipView)
 
 
 def make_event(
@@ -91,24 +125,89 @@ def _view_of_prefix(
     return list(messages[:n])
 
 
-def model_view(state: AgentState, call: int | None = None, *, n_messages: int | None = None) -> list[Message]:
+def tulip_turns(messages: Sequence[Message], metadata: Mapping[str, Any] | None) -> list[tuple[int, int]]:
+    """Message spans ``(first, last)`` (inclusive) of the turns a tulip agent wrote, oldest first.
+
+    Those are the turns :func:`~tulip_nb.core.turns.split_turns` gives outcome ``tulip``, except on a
+    history that carries a tulip_nb manager's record (events or its state) but neither a turn log
+    nor a run status: the manager was applied to it outside an agent, and its events are the record
+    of every call.
+
+    >>> from tulip_nb.core.keys import TURNS_KEY
+    >>> msgs = [Message.user("a"), Message.assistant("b"), Message.user("c"), Message.assistant("d")]
+    >>> tulip_turns(msgs, {TURNS_KEY: [{"at": 0, "outcome": "answered"}]})
+    [(2, 3)]
+    """
+    meta = metadata or {}
+    if (EVENTS_KEY in meta or STATE_KEY in meta) and turn_log(meta) is None and RUN_KEY not in meta:
+        return []
+    return [(t.first, t.last) for t in split_turns(messages, meta) if t.outcome == "tulip"]
+
+
+def _in_spans(spans: list[tuple[int, int]], firsts: list[int], index: int) -> bool:
+    k = bisect_right(firsts, index) - 1
+    return k >= 0 and index <= spans[k][1]
+
+
+def _check_tulip_view(tulip_view: str) -> None:
+    if tulip_view not in TULIP_VIEWS:
+        raise UserError(f"tulip_view must be one of {', '.join(map(repr, TULIP_VIEWS))}, got {tulip_view!r}")
+
+
+def model_view(
+    state: AgentState,
+    call: int | None = None,
+    *,
+    n_messages: int | None = None,
+    tulip_view: TulipView = "unknown",
+) -> list[Message]:
     """What the model was sent for one call of this thread, rebuilt from the saved state alone.
 
     ``call=k`` is the call that produced the ``k``-th (0-based; negative counts from the end)
     assistant message (:func:`~tulip_nb.core.calls.model_call_index`; :class:`IndexError` when
     there is no such call); ``n_messages=j`` is the call made on the first ``j`` messages; neither:
     the view for the next call.
+
+    A call a tulip agent made (see the module docstring) has no recorded view: with
+    ``tulip_view="unknown"`` (the default) this raises :class:`~tulip_nb.core.errors.UserError`
+    naming the call; ``tulip_view="full"`` gives the whole history before it (tulip's
+    ``NullManager``).
     """
+    _check_tulip_view(tulip_view)
     messages = state.messages
     if call is not None:
         n_messages = model_call_index(messages, call)
     n = len(messages) if n_messages is None else n_messages
+    spans = tulip_turns(messages, state.metadata) if n < len(messages) else []
+    if spans and _in_spans(spans, [s for s, _ in spans], n):
+        if tulip_view == "full":
+            return list(messages[:n])
+        k = calls_before(messages, n)
+        raise UserError(
+            f"model call {k} (message {n}) was made by a tulip agent: tulip records no view of its "
+            "calls, so what this one was sent is unknown; pass tulip_view='full' if that agent ran "
+            "tulip's NullManager (it sends the whole history)"
+        )
     return _view_of_prefix(messages, compaction_events(state), n)
 
 
-def model_views(state: AgentState) -> list[list[Message]]:
-    """The view of every model call of the thread, in order (one per assistant message)."""
+def model_views(state: AgentState, *, tulip_view: TulipView = "unknown") -> list[list[Message] | None]:
+    """The view of every model call of the thread, in order (one per assistant message).
+
+    A call a tulip agent made is None (unknown) with ``tulip_view="unknown"``, the whole history
+    before it with ``"full"`` (see :func:`model_view`). Costs one pass over the turns, then one
+    lookup per call.
+    """
+    _check_tulip_view(tulip_view)
     events = compaction_events(state)
     plans = [Plan.from_json(e["plan"]) for e in events]  # parsed once, not once per call
     msgs = state.messages
-    return [_view_of_prefix(msgs, events, j, plans) for j in model_calls(msgs)]
+    spans = tulip_turns(msgs, state.metadata)
+    firsts = [s for s, _ in spans]
+    views: list[list[Message] | None] = []
+    for j in model_calls(msgs):
+        if spans and _in_spans(spans, firsts, j):
+            views.append(list(msgs[:j]) if tulip_view == "full" else None)
+        else:
+            views.append(_view_of_prefix(msgs, events, j, plans))
+    return views
