@@ -12,7 +12,8 @@ Both take the frames of :class:`~tulip_nb.lab.corpus.Corpus` and return a self-d
     plot_facts_kept(sim, config="tight")               # kept share per config + one config's threads
 
 Threads that could not be read (``error`` set, NA counts) are left out of the bars and counted in
-the title, never drawn as zeros.
+the title, never drawn as zeros; so are threads whose window is unknown (an NA
+``over_window_calls``): the over-window panel's title says "window unknown for N", never "none".
 """
 
 from __future__ import annotations
@@ -100,10 +101,15 @@ def plot_corpus_distributions(summary: pd.DataFrame, *, highlight: pd.DataFrame 
         ax.set_xlabel(col.replace("_", " ") + " in the thread")
         ax.set_title(title, fontsize="medium")
     over = int((_numbers(summary, "over_window_calls") > 0).sum())
-    axes[2].set_title(
-        f"Calls over the window ({over:,} threads have some)" if over else "Calls over the window (none)",
-        fontsize="medium",
-    )
+    unknown = _window_unknown(summary)
+    # NA is not 0: threads whose window is unknown are left out of the bars, and the title says so
+    if unknown and unknown == len(summary) - _unread(summary):
+        said = f"window unknown for all {unknown:,} threads"
+    else:
+        said = f"{over:,} threads have some" if over else "none"
+        if unknown:
+            said += f"; window unknown for {unknown:,}, left out"
+    axes[2].set_title(f"Calls over the window ({said})", fontsize="medium")
     if highlight is not None:
         axes[0].legend(loc="best", fontsize="x-small")
     unread = _unread(summary)
@@ -127,6 +133,15 @@ def _unread(frame: pd.DataFrame) -> int:
     if "error" not in frame.columns:
         return 0
     return int(sum(isinstance(e, str) and bool(e) for e in frame["error"]))
+
+
+def _window_unknown(summary: pd.DataFrame) -> int:
+    """Readable threads whose over-window count is NA: their window is not known."""
+    import pandas as pd
+
+    counts = pd.to_numeric(summary["over_window_calls"], errors="coerce")
+    unread = summary["error"].map(lambda e: isinstance(e, str) and bool(e)) if "error" in summary.columns else False
+    return int((counts.isna() & ~pd.Series(unread, index=summary.index, dtype=bool)).sum())
 
 
 def _label(name: object) -> str:

@@ -9,7 +9,8 @@ Every function takes a frame from :func:`~tulip_nb.lab.simulate_compaction` (or
 
     sim = simulate_compaction(thread, {"32k": LLMCompactor(context_length=32_000)})
     plot_token_usage(sim, "32k")          # tokens per call, trigger line, window, compactions
-    plot_token_usage(thread)              # what the thread recorded
+    plot_token_usage(thread)              # what the thread recorded, against its manager's lines
+    plot_token_usage(thread, full_history=True)   # the y axis covers the whole history too
     plot_composition(sim, "32k")          # stacked areas: system, tools, user, assistant, tool, summary
     plot_sweep(compaction_grid(thread))   # tokens saved vs facts kept, one point per config
 
@@ -22,24 +23,38 @@ registered with pyplot, so they are freed like any object and never shown twice.
 from __future__ import annotations
 
 import io
+import numbers
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
 from tulip_nb.core.errors import UserError
+from tulip_nb.lab._budget import Limits, failed_turn_positions, recorded_limits
+from tulip_nb.lab._recorded import summarizer_note
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from tulip_nb.lab.thread import Thread
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 # InlineFigure is defined on first use (module __getattr__), so matplotlib loads only when plotting
-__all__ = ["InlineFigure", "plot_composition", "plot_sweep", "plot_token_usage", "to_png"]  # noqa: F822
+__all__ = ["InlineFigure", "fit_token_axis", "plot_composition", "plot_sweep", "plot_token_usage", "to_png"]  # noqa: F822
 
 TRIGGER_GID = "trigger"
 WINDOW_GID = "window"
 COMPACTION_GID = "compaction"
+FULL_GID = "full_history"
+"""``gid`` of the full-history line of :func:`plot_token_usage` (the first line of its axes)."""
+SENT_GID = "sent"
+"""``gid`` of the sent-to-the-model line (the second line of its axes)."""
+FAILED_GID = "failed_turn"
+"""``gid`` of the failed-turn marks (one ``LineCollection`` of vertical lines)."""
+SENT_AXIS_GID = "tokens:sent"
+FULL_AXIS_GID = "tokens:full"
+"""The axes' ``gid``: what its y axis is scaled to (what was sent, or the full history too)."""
 _PARTS = (
     ("c_system", "system prompt"),
     ("c_tools", "tool schemas"),
@@ -121,70 +136,181 @@ def plot_token_usage(
     checkpointer: BaseCheckpointer | str | None = None,
     trigger_tokens: float | None = None,
     context_length: float | None = None,
+    full_history: bool = False,
+    failed_turns: Sequence[float] | None = None,
 ) -> Figure:
-    """Context tokens per model call against the trigger line and the window, with a marker at
-    each compaction and a red dot at each call over the window (its ``over_window`` column, or
-    more than the window when the frame has none); the full history is dashed. ``frame``: a
-    :func:`simulate_compaction` frame (``config`` picks one config), a ``Thread.usage`` frame, or
-    a :class:`Thread` (its recorded usage; or a thread id with ``checkpointer=``, a checkpointer
-    or its URL). Trigger and window come from the frame (a compactor's
-    config) unless given. The y axis starts at 0 and reaches the highest of the curves, the
-    trigger and the window."""
-    require("matplotlib", feature="plot_token_usage")
-    from matplotlib.ticker import MaxNLocator
+    """Context tokens per model call (what was sent) against the trigger line and the window, with
+    a marker at each compaction and a red dot at each call over the window.
 
+    ``frame``: a :func:`simulate_compaction` frame (``config`` picks one config), a
+    ``Thread.usage`` frame, or a :class:`Thread` (its recorded usage; or a thread id with
+    ``checkpointer=``, a checkpointer or its URL).
+
+    **Trigger and window** come from the caller (``trigger_tokens=``, ``context_length=``), else
+    from the frame (a simulated compactor's config), else from a thread's recorded manager (the
+    ``"trigger"`` and ``"window"`` it saved with the thread). When one is not known no line is
+    drawn for it and the legend says "window unknown" (never a line at 0); a given value of 0
+    means the same. A window you give also decides which calls are red (``context_tokens >
+    window``); otherwise the frame's ``over_window`` column does.
+
+    **The y axis follows what was sent**: from 0 to just above the highest of the sent curve,
+    the trigger and the window, so on a long thread whose whole history is many times the window
+    the lines that matter keep most of the height. The full history is a faint dashed line on
+    the same scale, cut off at the top; when it leaves the axis its key says how high it goes
+    ("full history (up to 249,939, off the axis)").
+    ``full_history=True`` scales the axis to the full history as well (every curve whole, the
+    window then a thin band at the bottom of a long thread).
+
+    **Failed turns** (``failed_turns=``: positions on the call axis, ``k - 0.5`` for a turn that
+    failed after ``k`` calls; a :class:`Thread`'s are found from its ``source="error"`` saves)
+    are faint red vertical lines, counted in the legend.
+
+    Every artist has a ``gid`` (:data:`FULL_GID`, :data:`SENT_GID`, :data:`TRIGGER_GID`,
+    :data:`WINDOW_GID`, :data:`COMPACTION_GID`, :data:`OVER_GID`, :data:`FAILED_GID`); the trigger
+    and window lines always exist (hidden when unknown), so a caller can move them and call
+    :func:`fit_token_axis` to rescale.
+
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"call": [0, 1, 2], "full_tokens": [900, 40_000, 90_000],
+    ...                       "context_tokens": [900, 3_000, 4_500], "compacted": [False, True, True]})
+    >>> ax = plot_token_usage(frame, trigger_tokens=4_800, context_length=6_000).axes[0]
+    >>> [round(v) for v in ax.get_ylim()]   # what was sent and the window, not the 90k history
+    [0, 6480]
+    >>> [t.get_text() for t in ax.get_legend().get_texts()][:1]
+    ['full history\\n(up to 90,000, off the axis)']
+    >>> round(plot_token_usage(frame, full_history=True).axes[0].get_ylim()[1])
+    97200
+    """
+    require("matplotlib", feature="plot_token_usage")
     from tulip_nb.lab.thread import Thread, as_thread
 
+    recorded = Limits()
     if isinstance(frame, str | Thread):
         frame = as_thread(frame, checkpointer, what="plot_token_usage")
     elif checkpointer is not None:
         raise UserError("plot_token_usage: checkpointer= goes with a thread id, not a frame")
     if isinstance(frame, Thread):
         config = config or frame.thread_id
+        recorded = recorded_limits(frame.latest.state)
+        if failed_turns is None:
+            failed_turns = failed_turn_positions(frame)
         frame = frame.usage
     g = _one(frame, config)
+    given_window = _tokens(context_length, "context_length")
+    trig = _tokens(trigger_tokens, "trigger_tokens")
+    if trigger_tokens is None:
+        trig = _tokens(_first(g, "trigger_tokens"), "trigger_tokens") or recorded.trigger
+    window = given_window
+    if context_length is None:
+        window = (
+            _tokens(_first(g, "context_length"), "context_length")
+            or _tokens(_first(g, "context_window"), "context_window")
+            or recorded.window
+        )
     fig = _figure()
     ax = fig.add_subplot(1, 1, 1)
     x = g["call"].to_numpy()
     dot = "o" if len(x) == 1 else None  # one call: a line of one point draws nothing
-    ax.plot(x, g["full_tokens"].to_numpy(), "--", color="0.6", marker=dot, label="full history")
-    ax.plot(x, g["context_tokens"].to_numpy(), color="C0", marker=dot, label="sent to the model")
+    ax.plot(x, g["full_tokens"].to_numpy(), "--", color="0.55", alpha=0.7, linewidth=1, marker=dot,
+            label="full history", gid=FULL_GID)  # fmt: skip
+    ax.plot(x, g["context_tokens"].to_numpy(), color="C0", linewidth=1.2, marker=dot, label="sent to the model",
+            gid=SENT_GID)  # fmt: skip
     fired = g[g["compacted"].astype(bool)]
     if len(fired):
         ax.scatter(
             fired["call"].to_numpy(),
             fired["context_tokens"].to_numpy(),
             marker="v",
+            s=_marker_size(len(fired)),
             color="C3",
             zorder=3,
-            label="compaction",
+            label=f"compaction ({len(fired):,})",
             gid=COMPACTION_GID,
         )
-    trig = trigger_tokens if trigger_tokens is not None else _first(g, "trigger_tokens")
-    window = context_length if context_length is not None else _first(g, "context_length")
-    if window is None:
-        window = _first(g, "context_window")
-    if trig is not None:
-        ax.axhline(trig, color="C1", linestyle=":", label=f"trigger ({_n(trig)})", gid=TRIGGER_GID)
-    if window is not None:
-        ax.axhline(window, color="C3", linestyle="-", linewidth=1, label=f"window ({_n(window)})", gid=WINDOW_GID)
-    over = over_window_mask(g, window)
+    _limit_line(ax, TRIGGER_GID, trig, unknown=window is not None)
+    _limit_line(ax, WINDOW_GID, window, unknown=trig is not None)
+    if trig is None and window is None:
+        next(line for line in ax.lines if line.get_gid() == WINDOW_GID).set_label("trigger & window unknown")
+    over = g["context_tokens"].to_numpy() > given_window if given_window is not None else over_window_mask(g, window)
     if over.any():
-        over_window_marks(ax, g["call"].to_numpy()[over], g["context_tokens"].to_numpy()[over])
-    ys = [float(v) for c in ("full_tokens", "context_tokens") for v in g[c]] + [
-        float(v) for v in (trig, window) if v is not None
-    ]
-    # from 0 (a single point would otherwise sit on a ±0.04 axis); autoscale stays on, so a
-    # caller that moves the lines (the tuner) can rescale
-    ax.set_ylim(0, max([*ys, 1.0]) * 1.08, auto=None)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+        over_window_marks(ax, x[over], g["context_tokens"].to_numpy()[over])
+    if failed_turns:
+        n = len(failed_turns)
+        ax.vlines(list(failed_turns), 0, 1, transform=ax.get_xaxis_transform(), colors=OVER_COLOR, alpha=0.35,
+                  linewidth=1, linestyles="--", label=f"failed turn ({n:,})", gid=FAILED_GID)  # fmt: skip
+    ax.set_gid(FULL_AXIS_GID if full_history else SENT_AXIS_GID)
     if len(x) == 1:
         ax.set_xlim(x[0] - 0.5, x[0] + 0.5, auto=None)
     ax.set_xlabel("model call")
     ax.set_ylabel("tokens")
-    ax.set_title(f"Token usage — {config or _first(g, 'config') or 'thread'}")
-    ax.legend(loc="upper left", fontsize="small")
+    ax.set_title(f"Token usage — {config or _first(g, 'config') or 'thread'}{summarizer_note(g)}")
+    fit_token_axis(ax)
     return fig
+
+
+def _tokens(value: Any, what: str) -> int | None:
+    """A trigger or window in tokens, or None when not known (None, NaN, or 0: no line at 0)."""
+    if value is None or value != value:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise UserError(f"plot_token_usage: {what} must be tokens (a number), got {value!r}")
+    if value < 0:
+        raise UserError(f"plot_token_usage: {what} must be positive, got {value!r}")
+    return round(float(value)) or None
+
+
+def _marker_size(n: int) -> float:
+    """Compaction markers shrink when there are many, so hundreds of them stay points, not a band."""
+    return 36.0 if n <= 40 else 18.0 if n <= 150 else 8.0
+
+
+def _limit_line(ax: Axes, gid: str, value: int | None, *, unknown: bool) -> None:
+    """The trigger or window line; hidden (NaN, no height) when ``value`` is unknown, labelled
+    "… unknown" when ``unknown`` (the other one is known; both unknown get one entry)."""
+    name = "trigger" if gid == TRIGGER_GID else "window"
+    color, style = ("C1", ":") if gid == TRIGGER_GID else ("C3", "-")
+    if value is not None:
+        ax.axhline(value, color=color, linestyle=style, linewidth=1.2, label=f"{name} ({_n(value)})", gid=gid)
+    else:
+        label = f"{name} unknown" if unknown else f"_{name}"
+        ax.axhline(float("nan"), color=color, linestyle=style, visible=False, label=label, gid=gid)
+
+
+def fit_token_axis(ax: Axes) -> None:
+    """Scale the y axis of a :func:`plot_token_usage` axes to what it shows now, say in the key
+    whether the full history leaves it, and redraw the key (call it after moving lines or data).
+
+    The axis runs from 0 to 8 % above the highest visible sent value, trigger and window (and
+    the full history when the figure was made with ``full_history=True``)."""
+    import numpy as np
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    lines = {line.get_gid(): line for line in ax.lines}
+    full_axis = ax.get_gid() == FULL_AXIS_GID
+    tops = [1.0]
+    for gid in (SENT_GID, TRIGGER_GID, WINDOW_GID, *((FULL_GID,) if full_axis else ())):
+        line = lines.get(gid)
+        if line is not None and line.get_visible():
+            ys = np.asarray(line.get_ydata(), dtype=float)
+            if len(ys) and np.isfinite(ys).any():
+                tops.append(float(np.nanmax(ys)))
+    top = max(tops) * 1.08
+    # autoscale stays on (auto=None), so a caller that relims still can; this is the default view
+    ax.set_ylim(0, top, auto=None)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    for marks in ax.collections:
+        if marks.get_gid() == COMPACTION_GID:  # a caller may have moved them: count them again
+            n = len(np.asarray(marks.get_offsets()))
+            marks.set_label(f"compaction ({n:,})" if n else "_compaction")
+    full = lines.get(FULL_GID)
+    if full is not None:
+        ys = np.asarray(full.get_ydata(), dtype=float)
+        highest = float(np.nanmax(ys)) if np.isfinite(ys).any() else 0.0
+        # the key says how far the cut-off line goes: no note over the curves
+        off = not full_axis and highest > top
+        full.set_label(f"full history\n(up to {_n(highest)}, off the axis)" if off else "full history")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", borderaxespad=0.0)
 
 
 OVER_GID = "over_window"
@@ -231,7 +357,7 @@ def plot_composition(frame: pd.DataFrame, config: str | None = None) -> Figure:
     ax.stackplot(g["call"].to_numpy(), *[g[c].to_numpy() for c, _ in _PARTS], labels=[lbl for _, lbl in _PARTS])
     ax.set_xlabel("model call")
     ax.set_ylabel("tokens sent")
-    ax.set_title(f"Context composition — {config or _first(g, 'config')}")
+    ax.set_title(f"Context composition — {config or _first(g, 'config')}{summarizer_note(g)}")
     ax.legend(loc="upper left", fontsize="small")
     return fig
 

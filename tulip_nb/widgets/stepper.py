@@ -120,10 +120,13 @@ class Stepper(Panel):
 class TokenBudget(Panel):
     """Tokens sent per model call against the compaction trigger and the window.
 
-    ``TokenBudget(thread)`` plots a saved thread (``manager=`` gives the trigger and window);
-    ``TokenBudget(stepper)`` follows a :class:`Stepper` and redraws after every step.
-    ``context_window=`` (tokens, or a registered model name) is the model's window when the
-    manager does not say it. Calls sent more than the window are red, and the label counts them.
+    ``TokenBudget(thread)`` plots a saved thread against the trigger and window its own manager
+    recorded (``manager=`` gives others; unknown: no line, and the label says "window unknown"),
+    with its failed turns marked; ``TokenBudget(stepper)`` follows a :class:`Stepper` and
+    redraws after every step. ``context_window=`` (tokens, or a registered model name) is the
+    model's window when the manager does not say it. Calls sent more than the window are red,
+    and the label counts them. The y axis follows what was sent; the full history is a faint
+    line cut off at the top (:func:`~tulip_nb.lab.plot_token_usage`).
     """
 
     def __init__(

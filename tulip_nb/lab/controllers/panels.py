@@ -18,9 +18,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb._sync import run_sync
-from tulip_nb.core.calls import model_calls
+from tulip_nb.core.calls import calls_before, model_calls
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
+from tulip_nb.core.turns import Turn, split_turns
+from tulip_nb.lab._budget import failed_turn_positions, recorded_limits
 from tulip_nb.lab._common import esc, short
 from tulip_nb.lab._window import Window, over_window, window_for
 from tulip_nb.lab.controllers._aligned import AlignedRow, aligned_html, aligned_rows
@@ -38,6 +40,7 @@ from tulip_nb.memory.managers import ConversationManager
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
 
     from tulip_nb.agent import Agent
     from tulip_nb.lab.controllers.stepper import StepperController
@@ -120,12 +123,35 @@ def plan_at(state: Any, n: int) -> Plan | None:
     return None
 
 
+def failed_turn_line(turn: Turn) -> str:
+    """One line saying how a turn ended without an answer: ``"turn 12 ended: error — ModelError:
+    provider 500"``."""
+    why = {
+        "max_iterations": f"stopped at the iteration limit after {turn.model_calls} model calls",
+        "interrupted": "a question to a human was left unanswered",
+    }.get(turn.outcome or "")
+    detail = turn.error or why
+    return f"turn {turn.turn} ended: {turn.outcome}" + (f" — {detail}" if detail else "")
+
+
+def turn_end_positions(thread: Thread) -> dict[int, list[Turn]]:
+    """The failed turns of ``thread`` by the model call right before their end (call 0 for one
+    that failed before any call)."""
+    msgs = thread.final_messages
+    out: dict[int, list[Turn]] = {}
+    for t in split_turns(msgs, thread.latest.state.metadata):
+        if t.failed:
+            out.setdefault(max(0, calls_before(msgs, t.last + 1) - 1), []).append(t)
+    return out
+
+
 class PlayerController:
     """Move through a thread's model calls (or checkpoints): the full history aligned by message
     with what the model saw (:meth:`rows`: shown / stubbed / summarised / dropped, long spans
     collapsed, the summary where it stands), rendered newest first in a bounded scroll box; with
     ``agent``, the thread is replayed up to the position (:class:`~tulip_nb.lab.Replay`) and
-    divergences are shown."""
+    divergences are shown. A failed turn's outcome is shown at the call it ended after
+    (:meth:`turn_notes`)."""
 
     def __init__(self, thread: Thread, agent: Agent | None = None) -> None:
         self.thread = thread
@@ -134,6 +160,7 @@ class PlayerController:
         self.position = 0
         self.replay: Replay | None = Replay(thread, agent=agent) if agent is not None else None
         self._ends = model_calls(thread.final_messages)
+        self._turn_ends = turn_end_positions(thread)
 
     @property
     def size(self) -> int:
@@ -150,17 +177,40 @@ class PlayerController:
         if not 0 <= position < max(1, self.size):
             raise UserError(f"position {position} is outside 0..{self.size - 1}", thread_id=self.thread.thread_id)
         self.position = position
-        if self.replay is not None and self.mode == "calls" and len(self.replay.steps) <= position:
-            self.replay.run_to(position + 1)
+        if self.replay is not None and self.mode == "calls":
+            target = self.replay.steps_for_calls(position + 1)  # the call, and a failure right after it
+            if len(self.replay.steps) < target:
+                self.replay.run_to(target)
+
+    def turn_notes(self, call: int | None = None) -> list[str]:
+        """How the turns that ended without an answer right after model call ``call`` (default:
+        the current position) ended, as the record says: ``"turn 12 ended: error — ModelError:
+        provider 500"`` (a turn that failed before any call of its own is told at the call before
+        it; one before every call, at call 0)."""
+        k = self.position if call is None else call
+        return [failed_turn_line(t) for t in self._turn_ends.get(k, [])]
+
+    def tulip_call(self, call: int | None = None) -> bool:
+        """Whether model call ``call`` (default: the current position) was made by a tulip agent:
+        nothing records what it was sent (:mod:`tulip_nb.memory.conversation.events`)."""
+        k = self.position if call is None else call
+        if not self._ends:
+            return False
+        turn = self.thread.turn_of(self._ends[k])
+        return turn is not None and self.thread.turn_list[turn].outcome == "tulip"
 
     def marks(self, call: int | None = None) -> tuple[list[Message], list[str], list[Message]]:
-        """``(history, marks, view)`` at model call ``call`` (default: the current position)."""
+        """``(history, marks, view)`` at model call ``call`` (default: the current position). A call
+        a tulip agent made has every message marked ``"unknown"`` and an empty view: what it was
+        sent is not recorded."""
         k = self.position if call is None else call
         if not self._ends:
             return [], [], []
         j = self._ends[k]
         state = self.thread.latest.state
         history = state.messages[:j]
+        if self.tulip_call(k):
+            return history, ["unknown"] * len(history), []
         view = self.thread.model_view(k)
         plan = plan_at(state, j)
         out = ["kept"] * len(history)
@@ -190,9 +240,16 @@ class PlayerController:
         if self.mode == "checkpoints":
             return self._checkpoint_html()
         if not self._ends:
-            return note("this thread has no model calls yet")
+            return note("this thread has no model calls yet") + "".join(note(x, "warn") for x in self.turn_notes(0))
         history, marks, view = self.marks()
         k = self.position
+        if self.tulip_call(k):
+            return note(
+                f"model call {k} of {len(self._ends)} was made by a tulip agent: what it was sent is not "
+                f"recorded ({len(history)} messages of history; Thread.model_view(k, tulip_view='full') "
+                "assumes tulip's NullManager sent them all)",
+                "warn",
+            ) + "".join(note(line, "warn") for line in self.turn_notes())
         rows = self.rows()
         counts = {x: marks.count(x) for x in ("kept", "pruned", "summarised", "dropped")}
         head = note(
@@ -200,21 +257,29 @@ class PlayerController:
             + ", ".join(f"{v} {x}" for x, v in counts.items() if v)
             + f" ({len(rows)} rows, newest first)"
         )
+        ended = "".join(note(line, "warn") for line in self.turn_notes())
         div = ""
         if self.replay is not None:
             frame = self.replay.divergences
-            frame = frame[frame["step"] <= k]
+            frame = frame[frame["step"] < self.replay.steps_for_calls(k + 1)]
             if len(frame):
                 found = [
-                    (str(r.step), str(r.index), esc(r.kind), esc(short(r.expected, 120)), esc(short(r.actual, 120)))
+                    (
+                        str(r.step),
+                        "—" if r.turn is None or r.turn != r.turn else str(int(r.turn)),  # NaN: before any turn
+                        str(r.index),
+                        esc(r.kind),
+                        esc(short(r.expected, 120)),
+                        esc(short(r.actual, 120)),
+                    )
                     for r in frame.itertuples()
                 ]
                 div = note(f"the replay diverged at step {int(frame['step'].iloc[0])}", "warn") + table(
-                    ["step", "message", "kind", "recorded", "replayed"], found, marks=["dropped"] * len(found)
+                    ["step", "turn", "message", "kind", "recorded", "replayed"], found, marks=["dropped"] * len(found)
                 )
             else:
                 div = note(f"replayed {len(self.replay.steps)} steps: identical to the record so far", "ok")
-        return head + div + aligned_html(history, view, rows)
+        return head + ended + div + aligned_html(history, view, rows)
 
     def _checkpoint_html(self) -> str:
         # The positions come from the headers (oldest first); only the checkpoint shown is loaded,
@@ -238,9 +303,12 @@ class PlayerController:
 class BudgetController:
     """Token usage per model call against the trigger line and the window, for a thread or a
     stepper (then it follows every step). ``manager`` gives trigger and window (default: the
-    stepper's agent's manager); ``context_window`` is the model's window when the manager does not
-    know it (tokens, or a registered model name; a stepper's agent's model is looked up too).
-    Calls that sent more than the window are marked red and counted (``over``)."""
+    stepper's agent's manager; for a saved thread, the trigger and window its own manager
+    recorded); ``context_window`` is the model's window when the manager does not know it
+    (tokens, or a registered model name; a stepper's agent's model is looked up too). Unknown:
+    no line, and the label says "window unknown". Calls that sent more than the window are marked
+    red and counted (``over``); a saved thread's failed turns are marked and counted (``failed``).
+    The plot's y axis follows what was sent (:func:`~tulip_nb.lab.plot_token_usage`)."""
 
     def __init__(
         self,
@@ -258,7 +326,15 @@ class BudgetController:
         model = self.stepper.agent.model if self.stepper is not None else None
         self.trigger = manager.trigger_tokens if isinstance(manager, LLMCompactor) else None
         self.window = window_for(manager, context_window, model)
+        self.failed: list[float] = []
+        if isinstance(source, Thread):
+            if manager is None:  # what the thread's own manager recorded
+                recorded = recorded_limits(source.latest.state)
+                self.trigger = recorded.trigger
+                self.window = self.window or recorded.window
+            self.failed = failed_turn_positions(source)
         self.png: bytes | None = None
+        self.figure: Figure | None = None  # the last plot drawn (its axes say what the PNG shows)
         self.over = 0
         self.max_tokens = 0
         self.refresh()
@@ -293,10 +369,16 @@ class BudgetController:
         self.rows = len(frame)
         self.over = sum(v is True for v in frame["over_window"])
         if not len(frame):
-            self.png = None
+            self.png = self.figure = None
             return
-        fig = plot_token_usage(frame, trigger_tokens=self.trigger, context_length=self.window)
+        name = self.source.thread_id if isinstance(self.source, Thread) else None
+        if self.stepper is not None:
+            name = self.stepper.thread_id
+        fig = plot_token_usage(
+            frame, name, trigger_tokens=self.trigger, context_length=self.window, failed_turns=self.failed
+        )
         fig.set_size_inches(6.5, 3.0)
+        self.figure = fig
         self.png = to_png(fig)
         last = frame.iloc[-1]
         self.last_tokens = int(last["context_tokens"])
@@ -316,6 +398,10 @@ class BudgetController:
             parts.append(f"{self.last_tokens / self.trigger:.0%} of the trigger ({self.trigger:,})")
         if self.window:
             parts.append(f"window {self.window:,}")
+        else:  # never "0 over": nothing can be said about the window
+            parts.append("window unknown (pass context_window=)")
+        if self.failed:
+            parts.append(f"{len(self.failed)} failed turn{'s' if len(self.failed) != 1 else ''}")
         return ", ".join(parts)
 
     def html(self) -> str:
@@ -325,12 +411,15 @@ class BudgetController:
 
 # -- diff ---------------------------------------------------------------------------------------
 class DiffController:
-    """Pick two threads of one checkpointer and diff them from the divergence point."""
+    """Pick two threads of one checkpointer and diff them (:func:`~tulip_nb.lab.diff_threads`):
+    the changed rows highlighted in hunks with ``context`` same messages around them, the runs of
+    same messages between hunks collapsed into one line -- the rows ``tulip-nb diff`` prints."""
 
-    def __init__(self, a: Thread, b: Thread | None = None) -> None:
+    def __init__(self, a: Thread, b: Thread | None = None, *, context: int = 3) -> None:
         self.checkpointer = a.checkpointer
         self.a = a
         self.b = b
+        self.context = context
         self.result: ThreadDiff | None = None
         self.choices = self._choices()
         if b is None:
@@ -371,7 +460,7 @@ class DiffController:
 
     def html(self) -> str:
         assert self.result is not None
-        return scroll_box(self.result._repr_html_(limit=DIFF_ROWS))
+        return scroll_box(self.result._repr_html_(limit=DIFF_ROWS, context=self.context))
 
 
 # -- export -------------------------------------------------------------------------------------
