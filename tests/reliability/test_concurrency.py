@@ -72,7 +72,7 @@ async def test_file(tmp_path: Path) -> None:
 
 
 async def test_redis(session_redis: Any, tmp_path: Path) -> None:
-    await _hammer(session_redis.url + f"?prefix=conc{tmp_path.name[-6:]}", tmp_path)
+    await _hammer(session_redis.url + f"?prefix=conc{tmp_path.name[-6:]}:", tmp_path)
 
 
 @pytest.mark.parametrize("kind", ["postgresql", "mysql"])

@@ -72,7 +72,7 @@ async def test_file(tmp_path: Path) -> None:
 
 
 async def test_redis(session_redis: Any) -> None:
-    await _kill_loop(session_redis.url + "?prefix=crash", ITERATIONS, "redis")
+    await _kill_loop(session_redis.url + "?prefix=crash:", ITERATIONS, "redis")
 
 
 @pytest.mark.parametrize("kind", ["postgresql", "mysql"])

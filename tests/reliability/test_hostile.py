@@ -95,7 +95,7 @@ async def test_hostile_thread_ids(kind: str, tmp_path: Path, session_redis: Any)
             async with HTTPCheckpointer(base) as cp:
                 await _ids_against(cp, tmp_path)
         return
-    async with backend(kind, tmp_path, session_redis.url + "?prefix=hostile") as (cp, _):
+    async with backend(kind, tmp_path, session_redis.url + "?prefix=hostile:") as (cp, _):
         await _ids_against(cp, tmp_path)
 
 
@@ -128,7 +128,7 @@ async def _ids_against(cp: BaseCheckpointer, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["memory", "file", "redis", "postgresql"])
 async def test_hostile_states(kind: str, tmp_path: Path, session_redis: Any) -> None:
-    async with backend(kind, tmp_path, session_redis.url + "?prefix=hostile2") as (cp, _):
+    async with backend(kind, tmp_path, session_redis.url + "?prefix=hostile2:") as (cp, _):
         big = AgentState(messages=[Message.user("x" * (10 << 20))])  # 10 MB in one message
         await cp.save(big, "big")
         assert len((await cp.load("big")).messages[0].content or "") == 10 << 20  # type: ignore[union-attr]

@@ -4,7 +4,8 @@
   different keys: new tables use a NO PAD binary collation, and tables made before (tulip's
   case-insensitive one, an older tulip_nb's PAD SPACE ``utf8mb4_bin``) are checked byte for byte and
   can be migrated in place.
-- Redis: ``prefix="trial"`` never sees the threads of ``prefix="trialx"``.
+- Redis: ``prefix="trial:"`` never sees the threads of ``prefix="trialx:"``, and ``prefix="trial"``
+  (whose keys tulip would mix with ``"trialx"``'s) is refused.
 """
 
 from __future__ import annotations
@@ -184,7 +185,8 @@ async def redis_pair() -> AsyncIterator[tuple[Any, Any, str]]:
     from tulip_nb.memory.backends import redis_checkpointer
 
     base = f"tnbids{uuid.uuid4().hex[:10]}trial"
-    short, longer = redis_checkpointer(url=REDIS_URL, prefix=base), redis_checkpointer(url=REDIS_URL, prefix=base + "x")
+    short = redis_checkpointer(url=REDIS_URL, prefix=base + ":")
+    longer = redis_checkpointer(url=REDIS_URL, prefix=base + "x:")
     try:
         yield short, longer, base
     finally:
@@ -225,7 +227,8 @@ async def test_redis_default_and_separated_prefixes_are_unchanged() -> None:
     assert redis_checkpointer().backend.prefix == "tulip:state:"
     assert RedisBackend(prefix="mine:").prefix == "mine:"
     assert RedisBackend(prefix="").prefix == ""  # no namespace: the whole database
-    assert RedisBackend(prefix="trial").prefix == "trial:"
+    with pytest.raises(ValueError, match=r"prefix='trial' must end in ':'.*write prefix='trial:'"):
+        RedisBackend(prefix="trial")  # tulip's "trial" keys would hold "trialx"'s threads too
 
 
 async def test_redis_default_prefix_is_the_key_tulip_reads() -> None:

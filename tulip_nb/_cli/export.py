@@ -9,7 +9,9 @@ from typing import Any
 
 _EPILOG = """\
 SRC and DEST are checkpointer URLs: file:./dir, memory:, s3://bucket/prefix/?endpoint_url=...,
-redis://host:6379/0, postgresql://user@host/db, mysql://user@host/db, http://host:8000,
+redis://host:6379/0?prefix=p: (tulip's keys for the same prefix, which must end in ':'),
+postgresql://user@host/db, mysql://user@host/db (TLS when the server offers it; ?ssl=required:
+TLS or an error, ?ssl=disabled: never), http://host:8000,
 tulip-pg://user@host/db?tenant=acme (tulip's native PgCheckpointer table), or a directory
 (an existing one, or a path starting with /, ./, ../ or ~). Anything else is refused (exit 2).
 Exit status: 0 when every thread exported (and verified), 1 when any thread failed or conflicted."""

@@ -3,7 +3,8 @@
 By default the iteration (mid-turn) checkpoints of every turn that has ended, as tulip does
 itself; ``--keep-last N`` keeps the N newest checkpoints, ``--drop-turn-ends`` lets turn ends go
 too (rules: :mod:`tulip_nb.memory.retention`). The survivors stay a chain ``tulip-nb verify``
-accepts. ``--dry-run`` lists what would go without touching the store::
+accepts. ``--dry-run`` lists what would go, and counts what would stay, without touching the store
+(the same selection the real prune makes)::
 
     tulip-nb prune ./demo_threads ticket-8912-refund --dry-run
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from tulip_nb._cli._common import with_checkpointer
@@ -27,30 +29,50 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-async def prune(cp: Any, args: argparse.Namespace) -> tuple[int, list[str], int]:
-    """``(checkpoints before, ids dropped (or to drop), checkpoints after)``."""
+@dataclass(frozen=True)
+class PruneCounts:
+    """One prune's report: checkpoints before, ids dropped (or to drop) oldest first, checkpoints kept."""
+
+    before: int
+    dropped: list[str]
+    kept: int
+
+
+async def prune(cp: Any, args: argparse.Namespace) -> PruneCounts:
+    """What the prune dropped (or, ``--dry-run``, would drop) and kept, from one listing.
+
+    The dry run reports :func:`~tulip_nb.memory.retention.prune_plan` of the thread's listing,
+    the very selection :meth:`~tulip_nb.memory.checkpointer.BaseCheckpointer.prune` drops; the
+    real run reports what is gone from the listing afterwards (so a save made meanwhile shows).
+    """
     from tulip_nb.core.errors import CheckpointNotFound
-    from tulip_nb.memory.retention import oldest_first, plan_prune
+    from tulip_nb.memory.retention import oldest_first, prune_plan
 
     infos = await cp.list_checkpoint_infos(args.thread_id, None)
     if not infos:
         raise CheckpointNotFound("no such thread", thread_id=args.thread_id)
     keep_turn_ends = not args.drop_turn_ends
-    plan = plan_prune(infos, args.keep_last, keep_turn_ends)
-    ids = [i.checkpoint_id for i in oldest_first(infos) if i.checkpoint_id in plan]
     if args.dry_run:
-        return len(infos), ids, len(infos)
+        plan = prune_plan(infos, args.keep_last, keep_turn_ends)
+        return PruneCounts(len(infos), list(plan.dropped), len(plan.kept))
     await cp.prune(args.thread_id, keep_last=args.keep_last, keep_turn_ends=keep_turn_ends)
-    return len(infos), ids, len(await cp.list_checkpoints(args.thread_id, None))
+    after = {i.checkpoint_id for i in await cp.list_checkpoint_infos(args.thread_id, None)}
+    gone = [i.checkpoint_id for i in oldest_first(infos) if i.checkpoint_id not in after]
+    return PruneCounts(len(infos), gone, len(after))
 
 
 def run(args: argparse.Namespace) -> int:
     if args.keep_last is not None and args.keep_last < 0:
         print(f"tulip-nb prune: --keep-last must be >= 0, got {args.keep_last}", file=sys.stderr)
         return 2
-    before, ids, after = with_checkpointer(args.url, lambda cp: prune(cp, args))
-    for cid in ids:
+    counts = with_checkpointer(args.url, lambda cp: prune(cp, args))
+    for cid in counts.dropped:
         print(("would drop " if args.dry_run else "dropped ") + cid)
-    verb = "would drop" if args.dry_run else "dropped"
-    print(f"{args.thread_id}: {verb} {len(ids)} of {before} checkpoint(s); {after} kept", file=sys.stderr)
+    n, before, kept = len(counts.dropped), counts.before, counts.kept
+    summary = (
+        f"would drop {n} of {before} checkpoint(s); {kept} would be kept"
+        if args.dry_run
+        else f"dropped {n} of {before} checkpoint(s); {kept} kept"
+    )
+    print(f"{args.thread_id}: {summary}", file=sys.stderr)
     return 0

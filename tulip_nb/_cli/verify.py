@@ -9,8 +9,9 @@ skipped as unreadable (a warning) count as problems too, and so does a file stor
 that is missing, unreadable or not the log's latest turn end (the delta layout). Then the hash chain
 (:func:`tulip_nb.memory.integrity.verify_thread`): every signed checkpoint's content must match its
 ``tulip_nb_hash`` and chain to its parent's; unsigned checkpoints (written by tulip) are counted,
-not failed (``--strict`` fails an unsigned checkpoint that follows signed ones). One line per
-problem, exit 1 if any::
+not failed (``--strict`` fails an unsigned checkpoint that follows signed ones). The thread is
+listed once and each state read once, for all of these checks together: the command costs what
+``verify_thread`` costs. One line per problem, exit 1 if any::
 
     tulip-nb verify ./demo_threads ticket-8912-refund
 
@@ -33,14 +34,19 @@ problem line (``anchor: rolled_back``), and so is a checkpoint whose hash is not
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import re
 import sys
 import warnings
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tulip_nb._cli._common import with_checkpointer
+
+if TYPE_CHECKING:
+    from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
 
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 
@@ -108,6 +114,103 @@ def parse_expect(value: str, *, audit: bool = False) -> Any:
     return path
 
 
+class _EnvelopeChecks:
+    """The checkpointer as :func:`~tulip_nb.memory.integrity.verify_thread` sees it.
+
+    Every call passes through to ``cp``, except that the thread's listing is the one already read,
+    and each of the thread's checkpoints that ``verify_thread`` loads is checked on the way (it
+    decodes, it is the checkpoint and thread asked for; its ``created_at`` is kept for the
+    parent check). So ``tulip-nb verify`` reads every state once, in ``verify_thread``'s order.
+    """
+
+    def __init__(self, cp: Any, thread_id: str, infos: list[CheckpointInfo]) -> None:
+        self._cp, self._thread_id, self._infos = cp, thread_id, infos
+        self._unseen = {i.checkpoint_id for i in infos}
+        self.problems: dict[str, list[str]] = {}
+        """Envelope problems by checkpoint id."""
+        self.created: dict[str, datetime] = {}
+        """The loaded ``created_at`` of each checkpoint that could be read."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cp, name)
+
+    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
+        if thread_id == self._thread_id:
+            return self._infos if limit is None else self._infos[:limit]
+        infos: list[CheckpointInfo] = await self._cp.list_checkpoint_infos(thread_id, limit)
+        return infos
+
+    async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        if thread_id != self._thread_id or checkpoint_id not in self._unseen:
+            ckpt: Checkpoint | None = await self._cp.load_checkpoint(thread_id, checkpoint_id)
+            return ckpt
+        self._unseen.discard(checkpoint_id)
+        try:
+            ckpt = await self._cp.load_checkpoint(thread_id, checkpoint_id)
+        except Exception as e:
+            self._check(checkpoint_id, None, e)
+            raise
+        self._check(checkpoint_id, ckpt, None)
+        return ckpt
+
+    async def check_unseen(self) -> None:
+        """Load and check the listed checkpoints nothing loaded yet."""
+        for info in self._infos:
+            if info.checkpoint_id in self._unseen:
+                with contextlib.suppress(Exception):  # the failure is recorded as a problem
+                    await self.load_checkpoint(self._thread_id, info.checkpoint_id)
+
+    def _check(self, cid: str, ckpt: Checkpoint | None, error: Exception | None) -> None:
+        from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound
+
+        out = self.problems.setdefault(cid, [])
+        if isinstance(error, (CheckpointCorrupt, CheckpointNotFound)):
+            out.append(f"{cid}: cannot be read: {error}")
+        elif error is not None:  # a state that no longer validates, say
+            out.append(f"{cid}: does not decode: {type(error).__name__}: {error}")
+        elif ckpt is None:
+            out.append(f"{cid}: listed but missing")
+        else:
+            if ckpt.checkpoint_id != cid:
+                out.append(f"{cid}: envelope says checkpoint_id {ckpt.checkpoint_id!r}")
+            if ckpt.thread_id != self._thread_id:
+                out.append(f"{cid}: envelope says thread_id {ckpt.thread_id!r}")
+            self.created[cid] = ckpt.created_at
+
+
+def _order_problems(infos: list[CheckpointInfo]) -> list[str]:
+    """The listing must be newest first (``created_at``)."""
+    return [
+        f"{newer.checkpoint_id}: listed before the older {older.checkpoint_id} (created_at)"
+        for newer, older in itertools.pairwise(infos)
+        if newer.created_at < older.created_at
+    ]
+
+
+async def _link_problems(
+    cp: Any, thread_id: str, infos: list[CheckpointInfo], created: dict[str, datetime], *, complete: bool
+) -> tuple[list[str], list[str]]:
+    """``(problems, gone fork origins)``: each parent exists in the thread (or, for a fork's first
+    checkpoint, in its source) and is older than its child."""
+    ids = {i.checkpoint_id for i in infos}
+    problems: list[str] = []
+    gone_origins: list[str] = []
+    for info in infos:
+        cid, parent = info.checkpoint_id, info.parent_checkpoint_id
+        if parent is None:
+            continue
+        if parent not in ids:
+            source = info.metadata.get("forked_from")
+            if isinstance(source, str) and source != thread_id:  # a fork's first checkpoint
+                if not await cp.exists(source, parent):  # deleted or vacuumed: the chain decides
+                    gone_origins.append(f"{cid}: fork parent {parent} is not in {source!r}")
+            elif complete:
+                problems.append(f"{cid}: parent {parent} is not in the thread")
+        elif cid in created and parent in created and created[parent] > created[cid]:
+            problems.append(f"{cid}: older than its parent {parent}")
+    return problems, gone_origins
+
+
 async def verify(
     cp: Any,
     thread_id: str,
@@ -124,61 +227,36 @@ async def verify(
     ``chain`` is filled with the hash-chain verdict counts, ``notes`` with lines that are not
     problems (a fork whose source is gone), ``keep`` with the anchor to keep (when one exists);
     ``expect`` is an anchor for :func:`~tulip_nb.memory.integrity.verify_thread`.
+
+    It costs what ``verify_thread`` costs: the thread is listed once and each state loaded once,
+    by ``verify_thread`` (oldest first, the order in which a store that rebuilds a state from the
+    one before answers fastest); the envelope checks run on what it loads (:class:`_EnvelopeChecks`).
     """
-    from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound
     from tulip_nb.memory.integrity import verify_thread
 
     problems: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         infos = await cp.list_checkpoint_infos(thread_id, limit=limit)
-        created: dict[str, Any] = {}
+        reader = _EnvelopeChecks(cp, thread_id, infos)
+        # verify_thread only lists, loads and asks `exists`: the stand-in passes it all through
+        report = await verify_thread(
+            cast("BaseCheckpointer", reader), thread_id, limit=limit, strict=strict, expect=expect
+        )
+        await reader.check_unseen()
         for info in infos:
-            cid = info.checkpoint_id
-            try:
-                ckpt = await cp.load_checkpoint(thread_id, cid)
-            except (CheckpointCorrupt, CheckpointNotFound) as e:
-                problems.append(f"{cid}: cannot be read: {e}")
-                continue
-            except Exception as e:  # a state that no longer validates, say
-                problems.append(f"{cid}: does not decode: {type(e).__name__}: {e}")
-                continue
-            if ckpt is None:
-                problems.append(f"{cid}: listed but missing")
-                continue
-            if ckpt.checkpoint_id != cid:
-                problems.append(f"{cid}: envelope says checkpoint_id {ckpt.checkpoint_id!r}")
-            if ckpt.thread_id != thread_id:
-                problems.append(f"{cid}: envelope says thread_id {ckpt.thread_id!r}")
-            created[cid] = ckpt.created_at
-        for newer, older in itertools.pairwise(infos):
-            if newer.created_at < older.created_at:
-                problems.append(f"{newer.checkpoint_id}: listed before the older {older.checkpoint_id} (created_at)")
-        ids = {i.checkpoint_id for i in infos}
-        complete = len(infos) < limit
-        gone_origins: list[str] = []
-        for info in infos:
-            parent = info.parent_checkpoint_id
-            if parent is None:
-                continue
-            if parent not in ids:
-                source = info.metadata.get("forked_from")
-                if isinstance(source, str) and source != thread_id:  # a fork's first checkpoint
-                    if not await cp.exists(source, parent):  # deleted or vacuumed: the chain decides
-                        gone_origins.append(f"{info.checkpoint_id}: fork parent {parent} is not in {source!r}")
-                elif complete:
-                    problems.append(f"{info.checkpoint_id}: parent {parent} is not in the thread")
-            elif info.checkpoint_id in created and parent in created and created[parent] > created[info.checkpoint_id]:
-                problems.append(f"{info.checkpoint_id}: older than its parent {parent}")
+            problems += reader.problems.get(info.checkpoint_id, [])
+        problems += _order_problems(infos)
+        links, gone_origins = await _link_problems(cp, thread_id, infos, reader.created, complete=len(infos) < limit)
+        problems += links
     problems += [f"warning: {w.message}" for w in caught]
     check_mirror = getattr(cp, "check_mirror", None)  # the file store's delta layout: tulip's envelope
     if callable(check_mirror):
         problems += check_mirror(thread_id)
-    report = await verify_thread(cp, thread_id, limit=limit, strict=strict, expect=expect)
     for v in report.failures:
         if v is report.anchor:
             problems.append(f"{v.checkpoint_id or '(no checkpoints)'}: anchor: {v.status}: {v.detail}")
-        elif v.status != "unreadable":
+        elif v.status != "unreadable":  # said above, with what the load raised
             problems.append(f"{v.checkpoint_id}: hash chain: {v.status}: {v.detail}")
     if notes is not None:
         notes += [

@@ -2,7 +2,7 @@
 
 A research thread saved after every iteration (``checkpoint_every_n_iterations=1``) keeps every
 mid-turn save forever. tulip itself drops a turn's iteration checkpoints once the turn has ended;
-:func:`plan_prune` decides the same from the checkpoint headers alone (no state is read):
+:func:`prune_plan` decides the same from the checkpoint headers alone (no state is read):
 
 - an **iteration checkpoint** is one whose save metadata has ``source == "iteration"`` (what the
   agent writes for a mid-turn save); every other checkpoint is a **turn end** (finish, error,
@@ -35,12 +35,13 @@ True
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tulip_nb.core.keys import HASH_KEY, PARENT_HASH_KEY, PARENT_KEY, PRUNED_KEY, SOURCE_KEY
 from tulip_nb.memory.checkpointer import CheckpointInfo
 
-__all__ = ["ITERATION_SOURCE", "is_iteration", "oldest_first", "plan_prune", "relink"]
+__all__ = ["ITERATION_SOURCE", "PrunePlan", "is_iteration", "oldest_first", "plan_prune", "prune_plan", "relink"]
 
 ITERATION_SOURCE = "iteration"
 """The ``source`` the agent writes in the save metadata of a mid-turn save."""
@@ -56,15 +57,40 @@ def oldest_first(infos: Iterable[CheckpointInfo]) -> list[CheckpointInfo]:
     return sorted(infos, key=lambda i: (i.created_at, i.checkpoint_id))
 
 
-def plan_prune(infos: Sequence[CheckpointInfo], keep_last: int | None = None, keep_turn_ends: bool = True) -> set[str]:
-    """The ids of the checkpoints a prune drops (see the module docstring); reads headers only."""
+@dataclass(frozen=True)
+class PrunePlan:
+    """What a prune of one thread drops and keeps, each oldest first (ids of the listing it read).
+
+    :meth:`BaseCheckpointer.prune <tulip_nb.memory.checkpointer.BaseCheckpointer.prune>` drops
+    :attr:`dropped` (through :func:`plan_prune`) and ``tulip-nb prune --dry-run`` reports this very
+    plan, so a dry run and the real prune of the same thread agree by construction.
+    """
+
+    dropped: tuple[str, ...]
+    kept: tuple[str, ...]
+
+    @property
+    def before(self) -> int:
+        """How many checkpoints the thread had."""
+        return len(self.dropped) + len(self.kept)
+
+
+def prune_plan(infos: Sequence[CheckpointInfo], keep_last: int | None = None, keep_turn_ends: bool = True) -> PrunePlan:
+    """Which checkpoints a prune drops and which it keeps (see the module docstring); reads headers only.
+
+    >>> from datetime import UTC, datetime
+    >>> from tulip_nb.memory.checkpointer import CheckpointInfo
+    >>> at = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> infos = [CheckpointInfo("f1", "t", at, {"source": "final"}),
+    ...          CheckpointInfo("i1", "t", at, {"source": "iteration"})]
+    >>> prune_plan(infos, keep_last=1, keep_turn_ends=False)
+    PrunePlan(dropped=('f1',), kept=('i1',))
+    """
     if keep_last is not None and keep_last < 0:
         raise ValueError(f"keep_last must be >= 0 or None, got {keep_last}")
     ordered = oldest_first(infos)
-    if not ordered:
-        return set()
     keep: set[str] = set()
-    if keep_last is None:
+    if keep_last is None and ordered:
         keep.add(ordered[-1].checkpoint_id)
         for info in reversed(ordered):  # the unfinished last turn's iteration saves
             if not is_iteration(info):
@@ -74,7 +100,13 @@ def plan_prune(infos: Sequence[CheckpointInfo], keep_last: int | None = None, ke
         keep.update(i.checkpoint_id for i in ordered[-keep_last:])
     if keep_turn_ends:
         keep.update(i.checkpoint_id for i in ordered if not is_iteration(i))
-    return {i.checkpoint_id for i in ordered} - keep
+    ids = [i.checkpoint_id for i in ordered]
+    return PrunePlan(tuple(c for c in ids if c not in keep), tuple(c for c in ids if c in keep))
+
+
+def plan_prune(infos: Sequence[CheckpointInfo], keep_last: int | None = None, keep_turn_ends: bool = True) -> set[str]:
+    """The ids of the checkpoints a prune drops: :func:`prune_plan`'s :attr:`~PrunePlan.dropped`."""
+    return set(prune_plan(infos, keep_last, keep_turn_ends).dropped)
 
 
 def _count(value: Any) -> int:

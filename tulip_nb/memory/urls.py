@@ -10,7 +10,7 @@ the name of an existing directory
 ``s3://bucket/prefix/?endpoint_url=...``       :class:`S3Backend` (also ``region_name``)
 ``redis://host:6379/0?prefix=...&ttl_seconds=``  ``redis_checkpointer``
 ``postgresql://user@host/db?table_name=...``   ``postgresql_checkpointer`` (also ``schema_name``)
-``mysql://root@host:3306/db?table_name=...``   ``mysql_checkpointer``
+``mysql://root@host:3306/db?table_name=...``   ``mysql_checkpointer`` (also ``ssl=``, below)
 ``opensearch://host:9200?index_name=...``      ``opensearch_checkpointer`` (``opensearchs://`` for TLS)
 ``http://host:8000/prefix``, ``https://...``   :class:`HTTPCheckpointer`
 =============================================  ==============================================
@@ -19,6 +19,17 @@ Anything else is refused with a :class:`~tulip_nb.core.errors.UserError` that li
 a bare string is a directory only when it is one already or starts like a path (``/``, ``./``,
 ``../``, ``~``), so ``redis:127.0.0.1:6379`` or ``127.0.0.1:6379`` never becomes a new local
 folder that an export would fill and report as a success.
+
+Other query parameters go to the store's driver. Two decide what a URL connects to:
+
+- ``redis://...?prefix=trial:`` is the key prefix exactly as tulip uses it (tulip's keys for the
+  same string); it must end in ``:`` (``prefix=trial`` is refused: tulip would mix its threads
+  with ``trialx``'s).
+- ``mysql://`` uses TLS when the server offers it and plain TCP when it does not
+  (``ssl=preferred``, the default: ``mysql://root@127.0.0.1:3306/test`` works against a MariaDB
+  without TLS); ``?ssl=required`` connects with TLS or fails saying so, ``?ssl=disabled`` never
+  uses it. The connector's ``ssl_disabled=true`` (= ``disabled``), ``ssl_disabled=false`` and
+  certificate options such as ``ssl_ca=`` (= ``required``) still work.
 
 >>> checkpointer_from_url("memory:")
 MemoryCheckpointer(threads=0)

@@ -37,8 +37,10 @@ removes old checkpoints (index and ``:latest`` kept consistent) and rows not wri
 A save is one transaction (READ COMMITTED) that holds the row lock of the thread's index row,
 writes the record, copies it into ``:latest`` with ``INSERT … SELECT`` and rewrites the index.
 
-MariaDB with the asyncio connector needs ``ssl_disabled=True`` (pass it as a keyword or in the
-DSN: ``mysql://root@host:3306/db?ssl_disabled=true``).
+TLS is used when the server offers it (``ssl=preferred``, the default), so
+``mysql://root@127.0.0.1:3306/db`` works against a MariaDB without TLS as it is; ``?ssl=required``
+never connects without TLS and ``?ssl=disabled`` never uses it (the connector's ``ssl_disabled=``
+and certificate options still work; :mod:`~tulip_nb.memory.backends._mysql_tls` has the rules).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from tulip_nb.memory.backends._kv import (
     Txn,
     glob_to_like,
 )
+from tulip_nb.memory.backends._mysql_tls import TlsMode, server_offers_tls, tls_choice
 
 try:
     from mysql.connector import errors as mysql_errors
@@ -110,24 +113,78 @@ def _naive_utc() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+class _Tls:
+    """One backend's TLS decision (:mod:`~tulip_nb.memory.backends._mysql_tls`), shared by its pools.
+
+    The server's greeting is read once, before the first connection; ``required`` also checks
+    every connection the driver makes.
+    """
+
+    def __init__(self, mode: TlsMode, why: str, kwargs: dict[str, Any]) -> None:
+        self.mode, self._why = mode, why
+        self._host, self._port = str(kwargs.get("host", "localhost")), int(kwargs.get("port", 3306))
+        self._timeout = float(kwargs.get("connection_timeout") or 10)
+        self._socket = bool(kwargs.get("unix_socket"))  # the driver never uses TLS on a Unix socket
+        self.offered: bool | None = None
+        """Whether the server offers TLS (None: not asked yet, or it could not be told)."""
+
+    @property
+    def where(self) -> str:
+        return f"{self._host}:{self._port}"
+
+    async def options(self) -> dict[str, Any]:
+        """The driver's TLS options for the next connection."""
+        if self.mode == "disabled":
+            return {"ssl_disabled": True}
+        if self._socket:
+            return {}
+        if self.offered is None:
+            self.offered = await server_offers_tls(self._host, self._port, self._timeout)
+        if self.offered is False:
+            if self.mode == "required":
+                raise BackendUnavailable(self._not_offered())
+            return {"ssl_disabled": True}  # preferred: plain TCP, what the server offers
+        return {}
+
+    def check(self, conn: Any) -> None:
+        """Refuse a connection without TLS when TLS is required."""
+        if self.mode == "required" and not conn.is_secure:
+            raise BackendUnavailable(self._not_offered())
+
+    def _not_offered(self) -> str:
+        return (
+            f"MySQLBackend: TLS is required ({self._why}) but the server at {self.where} does not offer "
+            "it: enable TLS on the server, or connect with ?ssl=preferred (TLS when offered) or ?ssl=disabled"
+        )
+
+
 class _Pool:
     """A small connection pool that waits (never fails) when every connection is busy."""
 
-    def __init__(self, kwargs: dict[str, Any], max_size: int) -> None:
+    def __init__(self, kwargs: dict[str, Any], max_size: int, tls: _Tls) -> None:
         self._kwargs = kwargs
+        self._tls = tls
         self._idle: list[Any] = []
         self._sem = asyncio.Semaphore(max_size)
 
     async def _connect(self) -> Any:
+        kwargs = {**self._kwargs, **await self._tls.options()}
         try:
-            return await connect(**self._kwargs)
-        except TypeError as e:  # mysql-connector's aio API on a server without TLS (MariaDB here)
-            if self._kwargs.get("ssl_disabled"):
+            conn = await connect(**kwargs)
+        except TypeError as e:  # the aio connector, connected without TLS the greeting did not rule out
+            if kwargs.get("ssl_disabled"):
                 raise
             raise BackendUnavailable(
-                "MySQLBackend: the connector failed while setting up TLS (a MariaDB server without TLS?): "
-                "pass ssl_disabled=True, or ?ssl_disabled=true in the DSN"
+                f"MySQLBackend: the connector failed while setting up TLS with {self._tls.where} "
+                "(a server without TLS?): connect with ?ssl=disabled"
             ) from e
+        try:
+            self._tls.check(conn)
+        except BackendUnavailable:
+            with contextlib.suppress(Exception):
+                await conn.close()
+            raise
+        return conn
 
     @contextlib.asynccontextmanager
     async def acquire(self) -> AsyncIterator[Any]:
@@ -194,6 +251,7 @@ class MySQLBackend(KVStore):
         self.dsn, self.table_name = dsn, table_name
         self.table = f"`{table_name}`"
         kwargs = {**parse_mysql_dsn(dsn), **connect_kwargs}
+        self._tls = _Tls(*tls_choice(kwargs), kwargs)  # removes ssl=: not a driver option
         kwargs.setdefault("charset", charset)
         kwargs.setdefault("collation", collation)
         kwargs["autocommit"] = True  # plain reads see fresh data; writes use explicit transactions
@@ -220,7 +278,7 @@ class MySQLBackend(KVStore):
         self._sql_delete = f"DELETE FROM {t} WHERE thread_id = %s"
 
     async def _new_pool(self) -> _Pool:
-        return _Pool(self._pool_args, self._max_pool_size)
+        return _Pool(self._pool_args, self._max_pool_size, self._tls)
 
     def __repr__(self) -> str:
         return f"MySQLBackend(table={self.table_name!r})"
@@ -229,6 +287,8 @@ class MySQLBackend(KVStore):
     async def _errors(self, key: str | None = None) -> AsyncIterator[None]:
         try:
             yield
+        except BackendUnavailable:
+            raise  # ours already says what and where (an OSError too)
         except (OSError, mysql_errors.InterfaceError, mysql_errors.OperationalError) as e:
             raise BackendUnavailable(f"MySQLBackend: cannot reach MySQL: {e}", path=key) from e
         except mysql_errors.Error as e:

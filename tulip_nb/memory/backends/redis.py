@@ -1,11 +1,14 @@
 """RedisBackend: tulip's key-value layout on Redis (redis-py asyncio).
 
 Every logical key is stored as a Redis string ``<prefix><key>`` holding compact JSON (default
-prefix ``tulip:state:``, as in tulip). A prefix that does not end in ``:`` gets one appended
-(``prefix="trial"`` stores under ``trial:``), as :class:`~tulip_nb.memory.backends.S3Backend` appends
-``/``: otherwise ``prefix="trial"`` would list, vacuum and search the threads stored under
-``prefix="trialx"``. ``prefix=""`` stays empty (the whole database). A tulip agent sharing the keys
-must be given the prefix *with* its ``:`` (tulip joins the prefix and the key as they are).
+prefix ``tulip:state:``, as in tulip). The prefix is used as given, as tulip uses it, so one
+``prefix=`` string names the same keys in tulip and in tulip_nb. It must end in ``:`` (or be
+``""``, the whole database): tulip's ``prefix="trial"`` stores thread ``x1`` under ``trialx1:…``,
+where ``prefix="trialx"`` stores thread ``1``, so ``"trial"`` would list, vacuum and search the
+other prefix's threads, and a prefix without the ``:`` raises a :class:`ValueError` that says what
+to write. (tulip_nb used to append the ``:``: ``prefix="trial:"`` is what ``"trial"`` stored under.)
+Nested prefixes still overlap, because thread ids may contain ``:`` (``trial:`` sees the threads of
+``trial:x:`` as ``x:…``): give each checkpointer a prefix that does not start with another's.
 
 A save is one ``WATCH <index>`` / ``MULTI`` / ``EXEC``: if another process changes the thread's
 index between our read and our write, Redis aborts the ``EXEC`` and the save re-runs (and a
@@ -51,7 +54,26 @@ __all__ = ["RedisBackend"]
 T = TypeVar("T")
 _MAX_RETRIES = 1000
 PREFIX_SEPARATOR = ":"
-"""Appended to a ``prefix`` that does not already end with it."""
+"""What a non-empty ``prefix`` must end with (so that no prefix is the start of another's keys)."""
+
+
+def _check_prefix(prefix: str) -> str:
+    """``prefix`` itself, if it names the same keys here and in tulip and no other prefix's.
+
+    Raises:
+        ValueError: a non-empty prefix that does not end in ``:``.
+    """
+    if not isinstance(prefix, str):
+        raise TypeError(f"RedisBackend: prefix must be a string, got {type(prefix).__name__}")
+    if prefix and not prefix.endswith(PREFIX_SEPARATOR):
+        fixed = prefix + PREFIX_SEPARATOR
+        raise ValueError(
+            f"RedisBackend: prefix={prefix!r} must end in {PREFIX_SEPARATOR!r}. Keys are prefix + key as given "
+            f"(as in tulip), so thread 'x1' under {prefix!r} and thread '1' under {prefix + 'x'!r} would be the "
+            f"same keys ({prefix + 'x1'!r}...); write prefix={fixed!r}, and give tulip the same string "
+            f"(tulip_nb stored {prefix!r} under {fixed!r} before)"
+        )
+    return prefix
 
 
 def _glob_escape(text: str) -> str:
@@ -75,9 +97,8 @@ class RedisBackend(KVStore):
 
     Args:
         url: ``redis://host:port/db`` (or ``rediss://``).
-        prefix: the key namespace, default ``"tulip:state:"`` (tulip's). A non-empty prefix not
-            ending in ``":"`` gets one appended, so that no prefix is a prefix of another's keys
-            (``"trial"`` and ``"trialx"`` become ``"trial:"`` and ``"trialx:"``).
+        prefix: the key namespace, used as given (as tulip does), default ``"tulip:state:"``
+            (tulip's). It must end in ``":"`` or be ``""`` (see the module docstring).
         ttl_seconds: expire every key of a thread this long after its last save (``None``: never).
         socket_timeout: seconds for connecting and for each command.
     """
@@ -96,9 +117,7 @@ class RedisBackend(KVStore):
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise ValueError("ttl_seconds must be positive (or None for no expiry)")
         self.url = url
-        if prefix and not prefix.endswith(PREFIX_SEPARATOR):
-            prefix += PREFIX_SEPARATOR  # "trial" must not be a prefix of "trialx"'s keys
-        self.prefix = prefix
+        self.prefix = _check_prefix(prefix)
         self.ttl_seconds = ttl_seconds
         # a blocking pool: under a burst of concurrent saves, wait for a connection, never fail
         client_kwargs.setdefault("max_connections", 64)
