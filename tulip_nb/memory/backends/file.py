@@ -104,16 +104,25 @@ class FileCheckpointer(InTreeCheckpointer):
     ['user/42']
     """
 
+    def __new__(cls, base_dir: str | os.PathLike[str] = ".tulip_checkpoints", **kwargs: Any) -> Any:
+        # layout="history" (opt-in for now): the history model on SQLite, a class of its own
+        if cls is FileCheckpointer and kwargs.get("layout") == "history":
+            from tulip_nb.memory.backends._history_file import HistoryFileCheckpointer
+
+            del kwargs["layout"]
+            return HistoryFileCheckpointer(base_dir, **kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         base_dir: str | os.PathLike[str] = ".tulip_checkpoints",
         *,
         fsync: bool = True,
         sign: bool = True,
-        layout: Literal["delta", "tulip"] = "delta",
+        layout: Literal["delta", "tulip", "history"] = "delta",
     ) -> None:
         if layout not in ("delta", "tulip"):
-            raise UserError(f"FileCheckpointer layout must be 'delta' or 'tulip', got {layout!r}")
+            raise UserError(f"FileCheckpointer layout must be 'delta', 'tulip' or 'history', got {layout!r}")
         self.base_dir = Path(base_dir)
         self._base = self.base_dir.resolve()  # a symlinked base_dir is followed once, here
         self.sign = sign

@@ -1,0 +1,209 @@
+"""The thread directories of the history layout: tulip's envelopes, read and written confined.
+
+A thread directory (``<base_dir>/<safe(thread_id)>/``) holds what tulip reads: the *projection*
+of the thread's history (its latest turn end as a tulip envelope, marked with
+:data:`~tulip_nb.memory.history.PROJECTION_KEY`), and any envelopes tulip wrote itself (a tulip
+agent that resumed the thread). :class:`EnvelopeDir` lists both from each file's first bytes
+(remembered per file, re-read only when the file changed), and writes an envelope without ever
+following a link: the directory is opened ``O_NOFOLLOW | O_DIRECTORY`` and every name resolved
+relative to it, the temp file is created ``O_EXCL | O_NOFOLLOW`` under a random name, checked to
+be singly linked, and renamed over the target (a rename replaces a planted symlink or hard link
+as a name; it never writes through it).
+
+The projection is not fsynced: an acknowledged save's durability is the SQLite commit, and a
+projection lost or torn by a power cut is rewritten from the history the next time a process
+touches the thread (:meth:`HistoryFileCheckpointer._repair`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+import uuid
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tulip_nb.core.errors import CheckpointCorrupt, InvalidThreadId
+from tulip_nb.memory._envelope import HEAD_BYTES, decode_envelope, info_from_head, read_head
+from tulip_nb.memory.backends._file_index import unavailable, write_all
+from tulip_nb.memory.backends._file_safety import NOFOLLOW, is_link, is_loop, read_nofollow
+from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
+from tulip_nb.memory.history import PROJECTION_KEY
+
+__all__ = ["EnvelopeDir", "Head"]
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NOFOLLOW
+
+
+@dataclass(frozen=True)
+class Head:
+    """What one ``*.json`` file of a thread directory is: an envelope's header, or why it is not."""
+
+    info: CheckpointInfo | None
+    projection: bool
+    problem: str = ""
+
+
+class EnvelopeDir:
+    """Reads and writes the envelopes of thread directories (one instance per checkpointer)."""
+
+    def __init__(self) -> None:
+        self._heads: dict[Path, dict[str, tuple[tuple[int, int, int], Head]]] = {}
+        self._lock = threading.Lock()
+        self._warned: set[tuple[Path, str]] = set()
+
+    # -- reading ------------------------------------------------------------------------------
+    def scan(self, directory: Path) -> dict[str, Head]:
+        """Every ``*.json`` file of ``directory`` (none when it does not exist): name -> head."""
+        try:
+            with os.scandir(directory) as it:
+                found = [(e.name, e) for e in it if e.name.endswith(".json") and not e.name.startswith(".")]
+        except FileNotFoundError:
+            return {}
+        except NotADirectoryError:
+            return {}
+        except OSError as e:
+            raise unavailable(e, directory) from e
+        with self._lock:
+            known = dict(self._heads.get(directory, {}))
+        out: dict[str, Head] = {}
+        fresh: dict[str, tuple[tuple[int, int, int], Head]] = {}
+        for name, entry in found:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                self._warn(directory / name, "not a plain, singly linked file (links are never followed)")
+                continue
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            cached = known.get(name)
+            head = cached[1] if cached is not None and cached[0] == stamp else self._read_head(directory / name)
+            fresh[name] = (stamp, head)
+            out[name] = head
+        with self._lock:
+            self._heads[directory] = fresh
+        return out
+
+    def _read_head(self, path: Path) -> Head:
+        try:
+            fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+            try:
+                first = os.read(fd, HEAD_BYTES)
+            finally:
+                os.close(fd)
+            obj = read_head(first)
+            if obj is None:  # metadata after the state (tulip's order), or torn: read the whole file
+                ckpt = decode_envelope(read_nofollow(path), where=str(path))
+                return Head(ckpt.info, PROJECTION_KEY in ckpt.extra)
+            return Head(info_from_head(obj, where=str(path)), PROJECTION_KEY in obj)
+        except FileNotFoundError:
+            return Head(None, False, "gone")
+        except CheckpointCorrupt as e:
+            return Head(None, False, e.message)
+        except OSError as e:
+            return Head(None, False, f"cannot be read: {e.strerror or e}")
+
+    def read(self, path: Path, thread_id: str) -> Checkpoint:
+        """The envelope at ``path`` (never through a link); CheckpointCorrupt / FileNotFoundError."""
+        try:
+            if os.lstat(path).st_nlink != 1:
+                raise CheckpointCorrupt(
+                    "a hard-linked file (never read as a checkpoint)", thread_id=thread_id, path=str(path)
+                )
+            data = read_nofollow(path)
+        except OSError as e:
+            if is_loop(e):
+                raise CheckpointCorrupt("a symbolic link (never followed)", thread_id=thread_id, path=str(path)) from e
+            raise
+        return decode_envelope(data, where=str(path), thread_id=thread_id)
+
+    def warn_bad(self, path: Path, reason: str) -> None:
+        self._warn(path, reason)
+
+    def _warn(self, path: Path, reason: str) -> None:
+        key = (path, reason)
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(f"skipping unreadable checkpoint file {path}: {reason}", RuntimeWarning, stacklevel=4)
+
+    # -- writing ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def opened(self, directory: Path, *, create: bool) -> Iterator[int | None]:
+        """A descriptor of ``directory`` opened without following a link (None: it does not exist)."""
+        if create:
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(directory, 0o755)
+        try:
+            fd = os.open(directory, _DIR_FLAGS)
+        except FileNotFoundError:
+            yield None
+            return
+        except OSError as e:
+            if is_loop(e) or is_link(directory):
+                raise InvalidThreadId(
+                    "the thread's directory is a symbolic link (never followed)", path=str(directory)
+                ) from e
+            raise unavailable(e, directory) from e
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def write(self, directory: Path, name: str, parts: list[bytes | bytearray], *, fsync: bool) -> None:
+        """Write an envelope as ``directory/name`` via a random temp name and a rename."""
+        tmp = f".{name}.{uuid.uuid4().hex}.tmp"
+        with self.opened(directory, create=True) as dfd:
+            assert dfd is not None
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644, dir_fd=dfd)
+                try:
+                    if os.fstat(fd).st_nlink != 1:
+                        raise OSError(f"{tmp} is linked elsewhere")
+                    write_all(fd, parts)
+                    if fsync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dfd)
+                raise unavailable(e, directory / name) from e
+            if fsync:
+                with contextlib.suppress(OSError):
+                    os.fsync(dfd)
+        with self._lock:
+            self._heads.get(directory, {}).pop(name, None)
+
+    def unlink(self, directory: Path, names: list[str]) -> int:
+        """Remove ``names`` from ``directory`` (an unlink never follows a link); how many went."""
+        gone = 0
+        with self.opened(directory, create=False) as dfd:
+            if dfd is None:
+                return 0
+            for name in names:
+                try:
+                    os.unlink(name, dir_fd=dfd)
+                    gone += 1
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    raise unavailable(e, directory / name) from e
+        with self._lock:
+            known = self._heads.get(directory, {})
+            for name in names:
+                known.pop(name, None)
+        return gone
+
+    def remove_if_empty(self, directory: Path) -> None:
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)  # fails (kept) while anything else is in it
+        with self._lock:
+            if not directory.exists():
+                self._heads.pop(directory, None)

@@ -1,0 +1,446 @@
+"""The file store on the history model: ``FileCheckpointer(base_dir, layout="history")``.
+
+The history (:mod:`tulip_nb.memory.history`) lives in one SQLite database per ``base_dir``
+(:mod:`._sqlite_history`): a save is one transaction that writes a small row and the messages it
+adds, a fork or copy is rows on the same entries, and several processes share the store. What
+tulip reads is a projection of it (:mod:`._history_dir`): each thread's latest turn end, as tulip's
+``<checkpoint_id>.json`` envelope in the thread's directory (FORMATS.md), written after the commit
+(never fsynced: durability is the commit's) and repaired from the history the first time an
+instance touches the thread. An envelope that tulip wrote into the directory (no projection mark)
+is a checkpoint of the thread too: the thread's latest is the newest of the rows and those
+envelopes (by ``created_at``), so tulip_nb continues after a tulip agent's turns.
+
+Hash chaining is opt-in (``sign=True``); every row carries a content digest checked on load
+either way, so corruption is :class:`~tulip_nb.core.errors.CheckpointCorrupt`, never an older
+state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId
+from tulip_nb.core.state import AgentState, MessageBlobCache
+from tulip_nb.memory._envelope import encode_envelope_parts
+from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first, prepare_save_after
+from tulip_nb.memory.backends._file_delta import is_turn_end
+from tulip_nb.memory.backends._file_index import safe_name
+from tulip_nb.memory.backends._history_dir import EnvelopeDir, Head
+from tulip_nb.memory.backends._sqlite_history import DB_NAME, SQLiteHistory
+from tulip_nb.memory.checkpointer import (
+    Capabilities,
+    Checkpoint,
+    CheckpointInfo,
+    new_checkpoint_id,
+    validate_checkpoint,
+    validate_checkpoint_id,
+    validate_thread_id,
+)
+from tulip_nb.memory.history import PROJECTION_KEY, ChainCache, Rewrite, Row, RowWrite, StoredCheckpoint, state_rest
+from tulip_nb.memory.retention import plan_prune, relink
+
+__all__ = ["HistoryFileCheckpointer"]
+
+
+def _name(checkpoint_id: str) -> str:
+    return safe_name(checkpoint_id) + ".json"
+
+
+def _newest(a: CheckpointInfo | None, b: CheckpointInfo | None) -> CheckpointInfo | None:
+    if a is None or b is None:
+        return a or b
+    return max(a, b, key=lambda i: (i.created_at, i.checkpoint_id))
+
+
+class HistoryFileCheckpointer(InTreeCheckpointer):
+    """Threads in ``base_dir``: history in SQLite, tulip's envelope per thread (module docstring).
+
+    Built by ``FileCheckpointer(base_dir, layout="history")``.
+
+    >>> import asyncio, tempfile
+    >>> from tulip_nb.core import AgentState, Message
+    >>> from tulip_nb.memory.backends import FileCheckpointer
+    >>> cp = FileCheckpointer(tempfile.mkdtemp(), layout="history")
+    >>> cid = asyncio.run(cp.save(AgentState(messages=[Message.user("hi")]), "user/42"))
+    >>> asyncio.run(cp.list_threads()), asyncio.run(cp.load("user/42")).messages[0].content
+    (['user/42'], 'hi')
+    """
+
+    layout = "history"
+
+    def __init__(
+        self, base_dir: str | os.PathLike[str] = ".tulip_checkpoints", *, fsync: bool = True, sign: bool = False
+    ) -> None:
+        self.base_dir = Path(base_dir)
+        self._base = self.base_dir.resolve()  # a symlinked base_dir is followed once, here
+        self.fsync = fsync
+        self.sign = sign
+        self.store = SQLiteHistory(self._base, fsync=fsync)
+        self._dirs = EnvelopeDir()
+        self._chains = ChainCache()
+        self._blobs = MessageBlobCache()
+        self._repaired: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"FileCheckpointer(base_dir={str(self.base_dir)!r}, layout='history')"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            search=True,
+            metadata_query=True,
+            vacuum=True,
+            branching=True,
+            list_threads=True,
+            list_with_metadata=True,
+            persistent_checkpoint_ids=True,
+        )
+
+    # -- paths --------------------------------------------------------------------------------
+    def thread_dir(self, thread_id: str) -> Path:
+        """The directory that holds ``thread_id``'s tulip envelopes (shared with ids that sanitise alike)."""
+        validate_thread_id(thread_id)
+        name = safe_name(thread_id)
+        path = self._base / name
+        if not name or name.startswith(".") or path.parent != self._base:
+            raise InvalidThreadId("thread_id resolves outside base_dir", thread_id=thread_id, path=str(path))
+        if os.path.islink(path):
+            raise InvalidThreadId("the thread's directory is a symbolic link (never followed)", path=str(path))
+        return path
+
+    # -- tulip's envelopes --------------------------------------------------------------------
+    def _foreign(self, thread_id: str, directory: Path, rows: set[str] | None = None) -> dict[str, CheckpointInfo]:
+        """File name -> info of the envelopes tulip wrote for ``thread_id`` (not projections)."""
+        out: dict[str, CheckpointInfo] = {}
+        for name, head in self._dirs.scan(directory).items():
+            if head.info is None:
+                if head.problem != "gone":
+                    self._dirs.warn_bad(directory / name, head.problem)
+                continue
+            if head.projection or head.info.thread_id != thread_id:
+                continue
+            if rows is not None and head.info.checkpoint_id in rows:
+                continue  # a row of the history under the same id wins
+            out[name] = head.info
+        return out
+
+    def _projections(self, thread_id: str, directory: Path) -> dict[str, Head]:
+        return {
+            name: head
+            for name, head in self._dirs.scan(directory).items()
+            if head.projection and head.info is not None and head.info.thread_id == thread_id
+        }
+
+    def _write_projection(self, directory: Path, ckpt: Checkpoint) -> None:
+        parts = encode_envelope_parts(
+            ckpt.checkpoint_id,
+            ckpt.thread_id,
+            ckpt.created_at,
+            ckpt.state,
+            dict(ckpt.metadata),
+            {PROJECTION_KEY: DB_NAME},
+            cache=self._blobs,
+        )
+        self._dirs.write(directory, _name(ckpt.checkpoint_id), parts, fsync=False)
+
+    def _project(self, thread_id: str, directory: Path, have: Checkpoint | None = None) -> None:
+        """Make the directory's projection of ``thread_id`` its latest committed turn end.
+
+        Under the store's write lock, so two processes never leave an older turn end behind.
+        ``have``: a checkpoint just saved (written without reloading when it is the one).
+        """
+
+        def sync(want: str | None, load: Callable[[str], StoredCheckpoint]) -> None:
+            current = self._projections(thread_id, directory)
+            if want is not None:
+                name = _name(want)
+                head = current.pop(name, None)
+                if have is not None and have.checkpoint_id == want:
+                    self._write_projection(directory, have)
+                elif head is None or head.info is None or head.info.checkpoint_id != want:
+                    self._write_projection(directory, load(want).checkpoint)
+            if current:
+                self._dirs.unlink(directory, sorted(current))
+
+        self.store.project_sync(thread_id, sync)
+        self._repaired.add(thread_id)
+
+    def _repair(self, thread_id: str, directory: Path) -> None:
+        """The first time this instance touches a thread: check its projection, rewrite it if a crash
+        (or a hand) left it missing, stale or doubled."""
+        if thread_id in self._repaired:
+            return
+        want = self.store.latest_turn_end_sync(thread_id)
+        current = self._projections(thread_id, directory)
+        if want is None and not current:
+            self._repaired.add(thread_id)
+            return
+        if want is not None and list(current) == [_name(want)] and current[_name(want)].info is not None:
+            head_info = current[_name(want)].info
+            if head_info is not None and head_info.checkpoint_id == want:
+                self._repaired.add(thread_id)
+                return
+        self._project(thread_id, directory)
+
+    # -- save ---------------------------------------------------------------------------------
+    def _save_sync(
+        self,
+        state: AgentState,
+        thread_id: str,
+        checkpoint_id: str | None,
+        metadata: dict[str, Any] | None,
+        expected_parent: str | None,
+    ) -> str:
+        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
+        directory = self.thread_dir(thread_id)
+        self._repair(thread_id, directory)
+        foreign = self._foreign(thread_id, directory)
+        tulip_latest = max(foreign.values(), key=lambda i: (i.created_at, i.checkpoint_id), default=None)
+        chain = self._chains.chain(thread_id, state.messages)
+        rest = state_rest(state)
+
+        def plan(latest: CheckpointInfo | None) -> RowWrite:
+            after = _newest(latest, tulip_latest)
+            p = prepare_save_after(after, thread_id, state, metadata, expected_parent, self._blobs, sign=self.sign)
+            return RowWrite(cid, p.created_at, p.metadata, rest, chain)
+
+        _, write = self.store.save_sync(thread_id, plan)
+        self._chains.stored(thread_id, chain)
+        if is_turn_end(write.metadata):
+            self._project(thread_id, directory, Checkpoint(cid, thread_id, write.created_at, state, write.metadata))
+        return cid
+
+    def _put_sync(self, ckpt: Checkpoint) -> None:
+        directory = self.thread_dir(ckpt.thread_id)
+        chain = self._chains.chain(ckpt.thread_id, ckpt.state.messages)
+        write = RowWrite(ckpt.checkpoint_id, ckpt.created_at, dict(ckpt.metadata), state_rest(ckpt.state), chain)
+        self.store.save_sync(ckpt.thread_id, lambda _latest: write)
+        self._chains.stored(ckpt.thread_id, chain)
+        self._project(ckpt.thread_id, directory)
+
+    # -- load and list ------------------------------------------------------------------------
+    def _load_sync(self, thread_id: str, checkpoint_id: str | None) -> Checkpoint | None:
+        directory = self.thread_dir(thread_id)
+        self._repair(thread_id, directory)
+        if checkpoint_id is not None:
+            cid = validate_checkpoint_id(checkpoint_id, thread_id)
+            try:
+                return self._loaded(self.store.load_sync(thread_id, cid))
+            except CheckpointNotFound:
+                return self._load_envelope(thread_id, directory, cid)
+        stored = self.store.load_sync(thread_id, None)  # corrupt: raises, never an older state
+        ours = stored.checkpoint.info if stored is not None else None
+        rows = {ours.checkpoint_id} if ours is not None else set()
+        for info in newest_first(list(self._foreign(thread_id, directory, rows).values())):
+            if ours is not None and _newest(ours, info) is ours:
+                break
+            try:
+                return self._load_envelope(thread_id, directory, info.checkpoint_id)
+            except (CheckpointNotFound, CheckpointCorrupt) as e:
+                self._dirs.warn_bad(directory / _name(info.checkpoint_id), str(e))
+        return self._loaded(stored)
+
+    def _loaded(self, stored: StoredCheckpoint | None) -> Checkpoint | None:
+        if stored is None:
+            return None
+        ckpt = stored.checkpoint
+        self._chains.remember(ckpt.thread_id, ckpt.state.messages, stored.ids)
+        return ckpt
+
+    def _load_envelope(self, thread_id: str, directory: Path, checkpoint_id: str) -> Checkpoint:
+        """A checkpoint tulip wrote (an envelope without the projection mark)."""
+        path = directory / _name(checkpoint_id)
+        try:
+            ckpt = self._dirs.read(path, thread_id)
+        except FileNotFoundError:
+            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id) from None
+        if ckpt.thread_id != thread_id or ckpt.checkpoint_id != checkpoint_id or PROJECTION_KEY in ckpt.extra:
+            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
+        return ckpt
+
+    def _infos_sync(self, thread_id: str, limit: int | None) -> list[CheckpointInfo]:
+        directory = self.thread_dir(thread_id)
+        self._repair(thread_id, directory)
+        rows = [r.info for r in self.store.rows_sync(thread_id)]
+        foreign = self._foreign(thread_id, directory, {i.checkpoint_id for i in rows})
+        infos = newest_first(rows + list(foreign.values())) if foreign else rows
+        return infos if limit is None else infos[:limit]
+
+    def _all_infos_sync(self) -> dict[str, list[CheckpointInfo]]:
+        per: dict[str, list[CheckpointInfo]] = {
+            t: [r.info for r in rows] for t, rows in self.store.all_rows_sync().items()
+        }
+        try:
+            names = [n for n in os.listdir(self._base) if not n.startswith(".")]
+        except FileNotFoundError:
+            names = []
+        for name in sorted(names):
+            directory = self._base / name
+            if os.path.islink(directory) or not directory.is_dir():
+                continue
+            for head in self._dirs.scan(directory).values():
+                info = head.info
+                if info is None or head.projection:
+                    continue
+                group = per.setdefault(info.thread_id, [])
+                if all(i.checkpoint_id != info.checkpoint_id for i in group):
+                    group.append(info)
+        return {t: newest_first(infos) for t, infos in per.items() if infos}
+
+    # -- delete, copy, prune, vacuum ----------------------------------------------------------
+    def _delete_sync(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
+        directory = self.thread_dir(thread_id)
+        if checkpoint_ids is None:
+            gone = self.store.delete_sync(thread_id, None)
+            mine = list(self._projections(thread_id, directory)) + list(self._foreign(thread_id, directory))
+            gone += self._dirs.unlink(directory, mine)
+            self._dirs.remove_if_empty(directory)
+            self._chains.forget(thread_id)
+            self._repaired.discard(thread_id)
+            return gone
+        gone = self.store.delete_sync(thread_id, sorted(checkpoint_ids))
+        foreign = self._foreign(thread_id, directory)
+        gone += self._dirs.unlink(directory, [n for n, i in foreign.items() if i.checkpoint_id in checkpoint_ids])
+        self._project(thread_id, directory)
+        return gone
+
+    def _copy_sync(self, source: str, dest: str) -> bool:
+        src_dir, dst_dir = self.thread_dir(source), self.thread_dir(dest)
+
+        def copied(row: Row) -> dict[str, Any]:
+            return {**row.metadata, "copied_from": {"thread_id": source, "checkpoint_id": row.checkpoint_id}}
+
+        rows = {r.checkpoint_id for r in self.store.rows_sync(source)}
+        tulip = self._foreign(source, src_dir, rows)
+        if self._foreign(dest, dst_dir):
+            raise CheckpointConflict("destination thread already has checkpoints; delete it first", thread_id=dest)
+        if rows:
+            self.store.copy_sync(source, dest, copied)
+        elif not tulip:
+            raise CheckpointNotFound("source thread has no checkpoints", thread_id=source)
+        elif self.store.rows_sync(dest, 1):
+            raise CheckpointConflict("destination thread already has checkpoints; delete it first", thread_id=dest)
+        for info in tulip.values():  # tulip's own checkpoints of the source become rows of the copy
+            ckpt = self._load_envelope(source, src_dir, info.checkpoint_id)
+            meta = {**ckpt.metadata, "copied_from": {"thread_id": source, "checkpoint_id": ckpt.checkpoint_id}}
+            self._put_sync(Checkpoint(ckpt.checkpoint_id, dest, ckpt.created_at, ckpt.state, meta))
+        self._project(dest, dst_dir)
+        return True
+
+    def _rewrite_sync(self, thread_id: str, choose: Callable[[list[CheckpointInfo]], set[str]]) -> int:
+        """Drop ``choose(infos)`` (rows and tulip's envelopes), re-linking the survivors, in one transaction."""
+        directory = self.thread_dir(thread_id)
+        foreign = self._foreign(thread_id, directory)
+        dropped_foreign: list[str] = []
+
+        def plan(rows: list[CheckpointInfo]) -> Rewrite:
+            ids = {i.checkpoint_id for i in rows}
+            tulip = [i for i in foreign.values() if i.checkpoint_id not in ids]
+            infos = newest_first(rows + tulip)
+            dropped = choose(infos)
+            dropped_foreign[:] = [_name(i.checkpoint_id) for i in tulip if i.checkpoint_id in dropped]
+            meta = {cid: m for cid, m in relink(infos, dropped).items() if cid in ids}
+            return Rewrite(meta, frozenset(dropped & ids))
+
+        gone = self.store.rewrite_sync(thread_id, plan)
+        gone += self._dirs.unlink(directory, dropped_foreign)
+        self._project(thread_id, directory)
+        return gone
+
+    def _vacuum_sync(self, older_than_days: float) -> int:
+        cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
+        removed = 0
+        for thread_id in sorted(self._all_infos_sync()):
+            removed += self._rewrite_sync(
+                thread_id, lambda infos: {i.checkpoint_id for i in infos if i.created_at < cutoff}
+            )
+        return removed
+
+    # -- checks -------------------------------------------------------------------------------
+    def check_mirror(self, thread_id: str) -> list[str]:
+        """Problems with the thread's tulip envelope (none: tulip reads the latest turn end right).
+
+        The projection must exist when the thread has a turn end and hold exactly its state,
+        save metadata and ``created_at``; no other projection of the thread may remain.
+        ``tulip-nb verify`` runs it.
+        """
+        directory = self.thread_dir(thread_id)
+        want = self.store.latest_turn_end_sync(thread_id)
+        current = self._projections(thread_id, directory)
+        problems = [
+            f"{h.info.checkpoint_id}: stale tulip envelope {n}"
+            for n, h in current.items()
+            if h.info and h.info.checkpoint_id != want
+        ]
+        if want is None:
+            return problems
+        path = directory / _name(want)
+        try:
+            got = self._dirs.read(path, thread_id)
+        except (FileNotFoundError, CheckpointCorrupt) as e:
+            return [*problems, f"{want}: the tulip envelope {path.name} cannot be read: {e}"]
+        stored = self.store.load_sync(thread_id, want)
+        assert stored is not None
+        ours = stored.checkpoint
+        if got.state.to_json_bytes() != ours.state.to_json_bytes():
+            problems.append(f"{want}: the tulip envelope {path.name} differs from the history (state)")
+        if got.metadata != ours.metadata:
+            problems.append(f"{want}: the tulip envelope {path.name} differs from the history (save metadata)")
+        if got.created_at != ours.created_at:
+            problems.append(f"{want}: the tulip envelope {path.name} differs from the history (created_at)")
+        return problems
+
+    def check_store(self) -> list[str]:
+        """SQLite's integrity check and the entries' reference counts ([] when all is well)."""
+        return self.store.integrity_sync()
+
+    # -- async contract -----------------------------------------------------------------------
+    async def save(
+        self,
+        state: AgentState,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        expected_parent: str | None = None,
+    ) -> str:
+        return await self.store._run(self._save_sync, state, thread_id, checkpoint_id, metadata, expected_parent)
+
+    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        await self.store._run(self._put_sync, validate_checkpoint(checkpoint))
+
+    async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        return await self.store._run(self._load_sync, thread_id, checkpoint_id)
+
+    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
+        return await self.store._run(self._infos_sync, thread_id, limit)
+
+    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        ids = None if checkpoint_id is None else {validate_checkpoint_id(checkpoint_id, thread_id)}
+        return bool(await self.store._run(self._delete_sync, thread_id, ids))
+
+    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
+        return await self.store._run(self._delete_sync, thread_id, set(checkpoint_ids))
+
+    async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
+        return await self.store._run(self._all_infos_sync)
+
+    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
+        return await self.store._run(self._copy_sync, source_thread_id, dest_thread_id)
+
+    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
+        validate_thread_id(thread_id)
+        return await self.store._run(
+            self._rewrite_sync, thread_id, lambda infos: plan_prune(infos, keep_last, keep_turn_ends)
+        )
+
+    async def vacuum(self, older_than_days: float = 30) -> int:
+        return await self.store._run(self._vacuum_sync, older_than_days)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.store.close_sync)
