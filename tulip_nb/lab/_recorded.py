@@ -74,6 +74,15 @@ def recorded_config(state: AgentState | None) -> dict[str, Any] | None:
     return dict(config) if isinstance(config, dict) and isinstance(config.get("kind"), str) else None
 
 
+def recorded_tools(state: AgentState | None) -> list[dict[str, Any]] | None:
+    """The tool schemas the agent sent with its requests, as its manager saved them (``"tools"``),
+    or None (none saved: no tools, a manager that saves none, an older tulip_nb, tulip)."""
+    tools = _manager_state(state).get("tools")
+    if isinstance(tools, list) and tools and all(isinstance(t, dict) for t in tools):
+        return [dict(t) for t in tools]
+    return None
+
+
 def recorded_summarizer_ref(state: AgentState | None) -> dict[str, str] | None:
     """The summariser's import path the thread's manager saved (``{"module", "qualname"}``), or None."""
     ref = _manager_state(state).get("summarizer")

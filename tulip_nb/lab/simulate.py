@@ -36,6 +36,12 @@ view; False: it was said but is no longer seen; None: not said yet).
 Calls where a manager provably changes nothing (below an LLMCompactor's trigger, inside a
 window, a null manager) are not sent to it: the plan in effect already gives the view. With
 ``exact=True`` every call goes to the manager (slower; the tests check both agree).
+
+A fork is simulated on its own history, with its own tool schemas: a fork that edited its system
+prompt (or any inherited message) or changed a tool is simulated with the change from its first
+call, while its inherited calls ran with the source's and the agent re-planned at the branch point,
+so compactions near the branch point can differ from the record (simulate the source for its
+part).
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ from tulip_nb.core.errors import ContextWindowExceeded, UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import split_turns
-from tulip_nb.lab._recorded import RecordedSummaries, check_choice, recorded_config, summarizer_of
+from tulip_nb.lab._recorded import RecordedSummaries, check_choice, recorded_config, recorded_tools, summarizer_of
 from tulip_nb.lab._window import Window, over_window, saved_window, window_for
 from tulip_nb.memory.conversation import (
     EVENTS_KEY,
@@ -565,7 +571,8 @@ async def asimulate_compaction(
     key raises :class:`UserError` naming the config and listing the valid keys). None, or
     :data:`RECORDED` as a value: the manager the thread ran with, from the settings it saved.
     ``probes``: facts to follow, ``[(label, text), ...]``, ``{label: text}`` or ``[text, ...]``.
-    ``tools``: the tool schemas (or :class:`~tulip_nb.tools.Tool` objects) the agent sent, if known.
+    ``tools``: the tool schemas (or :class:`~tulip_nb.tools.Tool` objects) the agent sent; by
+    default the ones the thread's manager saved (``[]``: count none).
     ``summarizer``: who writes the summaries (:mod:`tulip_nb.lab._recorded`): ``"auto"`` (None,
     the default: the config's function, else the thread's — re-imported, else its recorded
     summaries served by position), ``"config"``, ``"recorded"``, ``"length"`` (the length
@@ -585,7 +592,7 @@ async def asimulate_compaction(
     msgs = _messages_of(thread)
     state = _state_of(thread)
     saved = saved_window(state) if state is not None else None
-    schemas = _schemas(tools)
+    schemas = _schemas(tools) if tools is not None else recorded_tools(state)
     ends = _call_points(msgs, state)
     probe_list = normalize_probes(probes)
     hits = _probe_hits(msgs, probe_list)

@@ -47,6 +47,7 @@ from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import OUTCOMES, Turn, split_turns, turn_index, turn_starts
 from tulip_nb.lab._common import call_text, esc, message_key, short
 from tulip_nb.lab._headers import PrefixIndex, marked_count
+from tulip_nb.lab._recorded import recorded_tools
 from tulip_nb.lab._window import over_window, saved_window, window_for
 from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.lineage import lineage_rows
@@ -403,9 +404,10 @@ class Thread:
         """Per model call, from the recorded events: ``call``, ``n_messages``, ``full_tokens``
         (the whole history), ``context_tokens`` (what the model saw), ``compacted``, ``trigger``,
         ``over_window`` (against the window the thread's manager saved, when it counts tokens;
-        None when unknown — :meth:`usage_for` takes the window, and counts the tool schemas you
-        pass, which this does not)."""
-        return self.usage_for(None)
+        None when unknown — :meth:`usage_for` takes the window). The tool schemas sent with every
+        request are counted when the thread's manager saved them (every tulip_nb agent's token-aware
+        manager does); :meth:`usage_for` takes them otherwise."""
+        return self.usage_for(recorded_tools(self.latest.state))
 
     def usage_for(
         self,

@@ -130,6 +130,7 @@ class PlanningManager(ConversationManager):
         """The newest event this instance recorded (also in the thread's metadata)."""
         self.last_view_tokens: int | None = None
         """Prompt tokens of the last view returned (when it was counted)."""
+        self._tools: list[dict[str, Any]] | None = None
 
     # -- tokens ------------------------------------------------------------------------------
     @property
@@ -228,6 +229,8 @@ class PlanningManager(ConversationManager):
     ) -> list[Message]:
         """The view for one request; records events and this manager's state in ``state.metadata``."""
         self._flush(state)
+        if state is not None:  # an agent's request: its tool schemas count in every view
+            self._tools = list(tools) if tools else None
         return await self._aview(list(messages), tools, state)
 
     def reduce_context(self, agent: Any, e: BaseException | None = None) -> None:
@@ -253,6 +256,10 @@ class PlanningManager(ConversationManager):
         window = self.window_tokens()
         if window is not None:
             out["window"] = window
+        if self._tools:
+            # The schemas the agent sent with its requests (they count in every view), so a
+            # simulation of this thread counts what the agent counted without being handed them.
+            out["tools"] = self._tools
         tokens = self._index.saved_counts()
         if tokens is not None:
             # Exact per-message counts, saved with the thread so it opens without encoding it all
@@ -267,6 +274,8 @@ class PlanningManager(ConversationManager):
         limit = (state or {}).get("overflow_limit")
         self._overflow_limit = int(limit) if limit else None
         self._reduce_pending = False
+        tools = (state or {}).get("tools")
+        self._tools = [dict(t) for t in tools if isinstance(t, dict)] if isinstance(tools, list) else None
 
 
 def saved_token_counts(state: AgentState, counter: TokenCounter) -> list[int] | None:
