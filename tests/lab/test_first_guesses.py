@@ -82,8 +82,11 @@ def test_thread_views_are_properties(recorded: Recorded) -> None:
     assert [ck.checkpoint_id for ck in t.history] == t.checkpoint_ids[::-1]
     assert len(t.events) >= 1 and len(t.usage) == t.n_calls
     with_tools = t.usage_for([lookup_order.schema()])
+    without = t.usage_for(None)
     extra = t.counter.count_tools([lookup_order.schema()])
-    assert (with_tools["context_tokens"] - t.usage["context_tokens"] == extra).all() and extra > 0
+    assert (with_tools["context_tokens"] - without["context_tokens"] == extra).all() and extra > 0
+    # the thread's manager saved the schemas the agent sent: usage counts them unasked
+    assert (t.usage["context_tokens"] == with_tools["context_tokens"]).all()
 
 
 def test_model_view_takes_negative_indices(recorded: Recorded) -> None:

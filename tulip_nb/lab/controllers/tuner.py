@@ -330,7 +330,7 @@ class TunerController:
         fig = self._fig
         if fig is None:
             fig = self._fig = plot_token_usage(sim, "tuned", trigger_tokens=trig or 0, context_length=window or 0)
-            fig.set_size_inches(7.5, 3.4)
+            fig.set_size_inches(7.5, 3.0)
             fig.set_dpi(90)
         ax = fig.axes[0]
         marks = {c.get_gid(): c for c in ax.collections}
@@ -362,7 +362,8 @@ class TunerController:
             else:
                 line.set_label(f"_{gid}")
         fit_token_axis(ax)  # the y axis follows what is sent, not the full history
-        title = self.config_line().split("  # ")[0] + summarizer_note(sim)
+        # the settings are spelled out beside the plot (config_line); the title names the manager
+        title = self.config_line().split("(")[0] + summarizer_note(sim)
         fig.axes[0].set_title(f"Token usage — {title}", fontsize="small")
         return to_png(fig)
 
