@@ -112,7 +112,7 @@ class TurnRunner:
             record = {"outcome": outcome, "error": extra.get("error"), "run_id": state.run_id}
             record_turn(state.metadata, state.messages, record)
         else:
-            record_turn(state.metadata, state.messages, {"outcome": "running", "run_id": state.run_id})
+            record_turn(state.metadata, state.messages, {"outcome": "running"})
 
     async def save(self, kind: str) -> str | None:
         """Save the working state (if the agent has a checkpointer and this run a thread id)."""

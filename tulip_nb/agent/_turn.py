@@ -201,7 +201,7 @@ def start_turn(
         update["agent_id"] = agent_id
     state = base.model_copy(update=update)
     state.metadata[RUN_KEY] = {"status": "running", "run_id": state.run_id}
-    record_turn(state.metadata, messages, {"outcome": "running", "run_id": state.run_id})
+    record_turn(state.metadata, messages, {"outcome": "running"})
     return state
 
 

@@ -96,14 +96,16 @@ EVENTS_KEY = "tulip_nb_compaction_events"
 """``state.metadata`` key holding the list of compaction events recorded for this thread."""
 
 TURNS_KEY = "tulip_nb_turns"
-"""``state.metadata`` key holding the turn log: one record per turn tulip_nb ran, oldest first::
+"""``state.metadata`` key holding the turn log: the records of the turns tulip_nb ran, oldest first::
 
+    {"at": 7, "outcome": "running"}
     {"at": 7, "outcome": "error", "error": "ModelError: provider 500", "run_id": "..."}
 
-``at`` is the index of the turn's user message; ``outcome`` is ``running`` from the turn's start
-until it ends, then one of ``answered``, ``error``, ``context_exceeded``, ``max_iterations``,
-``interrupted``; ``interrupts`` counts the interrupts a turn went on from. A turn with no record
-was written by another SDK (tulip). See :mod:`tulip_nb.core.turns`."""
+``at`` is the index of the turn's user message. The log only grows (a save that stores what changed
+pays for the new record): a ``running`` record when the turn starts or goes on after an interrupt,
+then its outcome, one of ``answered``, ``error``, ``context_exceeded``, ``max_iterations``,
+``interrupted``. A turn's newest record is how it ended (``running``: still running, or killed). A
+turn with no record was written by another SDK (tulip). See :mod:`tulip_nb.core.turns`."""
 
 MEMORY_EVENTS_KEY = "tulip_nb_memory_events"
 """``state.metadata`` key holding the recall events of this thread (oldest first)::

@@ -145,25 +145,21 @@ def turn_log(metadata: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
 
 
 def record_turn(metadata: dict[str, Any], messages: Sequence[Message], record: Mapping[str, Any]) -> None:
-    """Put ``record`` (an outcome, an error, a run id) in ``metadata``'s turn log for the current turn.
+    """Append ``record`` (an outcome, an error, a run id) to ``metadata``'s turn log for the current turn.
 
-    The current turn is the one of the last user message in ``messages``; a record already there
-    for it (an interrupted turn that went on) is replaced, keeping a count of its interrupts. The
-    list is replaced, never mutated, so a state snapshot that shares it keeps its own records.
+    The current turn is the one of the last user message in ``messages``. The log only grows: a
+    turn has its ``running`` record from its start and its outcome record after it (and one per
+    interrupt it went on from); the newest record of a turn is its outcome. Appending keeps a save
+    that stores what changed (the file store's delta log) at the cost of the new record. The list
+    is replaced, never mutated, so a state snapshot that shares it keeps its own records.
     """
     at = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
     if at is None:
         return
     log = list(turn_log(metadata) or [])
-    entry: dict[str, Any] = {"at": at, **{k: v for k, v in record.items() if v is not None}}
-    if log and log[-1]["at"] == at:
-        previous = log.pop()
-        interrupts = int(previous.get("interrupts", 0)) + (previous.get("outcome") == "interrupted")
-        if interrupts:
-            entry["interrupts"] = interrupts
     while log and log[-1]["at"] > at:  # records of turns a branch cut away
         log.pop()
-    log.append(entry)
+    log.append({"at": at, **{k: v for k, v in record.items() if v is not None}})
     metadata[TURNS_KEY] = log
 
 
@@ -196,7 +192,11 @@ def split_turns(messages: Sequence[Message], metadata: Mapping[str, Any] | None 
     """
     starts = turn_starts(messages)
     log = turn_log(metadata)
-    by_at = {r["at"]: r for r in log or ()}
+    by_at = {r["at"]: r for r in log or ()}  # a turn's newest record is its outcome
+    went_on: dict[int, int] = {}  # interrupts each turn was resumed from
+    for r in log or ():
+        if r.get("outcome") == "interrupted":
+            went_on[r["at"]] = went_on.get(r["at"], 0) + 1
     first_logged = min(by_at) if by_at else None
     ours = log is not None or RUN_KEY in (metadata or {})
     run = (metadata or {}).get(RUN_KEY)
@@ -211,7 +211,7 @@ def split_turns(messages: Sequence[Message], metadata: Mapping[str, Any] | None 
         if record is not None:
             outcome: str | None = str(record.get("outcome")) if record.get("outcome") in OUTCOMES else None
             error = record.get("error") if isinstance(record.get("error"), str) else None
-            interrupts = int(record.get("interrupts", 0) or 0)
+            interrupts = went_on.get(first, 0) - (outcome == "interrupted")
         elif not ours or (first_logged is not None and first > first_logged):
             outcome = "tulip"  # tulip_nb records every turn it starts: tulip wrote this one
         elif k == len(starts) - 1 and run.get("status") not in (None, "running"):
