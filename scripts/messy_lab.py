@@ -1,8 +1,10 @@
 """Issue 25's figures on generated messy threads: replay divergences, turn outcomes, the simulator
 against the record, a one-row system-prompt diff — on a 300-turn thread and a corpus.
 
-    python scripts/messy_lab.py build DIR [--threads 200] [--turns 50]   # writes the corpus (this release)
-    python scripts/messy_lab.py replay DIR                                # per-thread divergences
+    python scripts/messy_lab.py build STORE [--threads 200] [--turns 50] [--long 300] [--every 1]
+    python scripts/messy_lab.py replay STORE                              # per-thread divergences
+
+STORE is a directory (the file store) or a checkpointer URL (``postgresql://...``, ``redis://...``).
 
 ``replay`` runs with whatever tulip_nb is importable, so the same store can be replayed by an older
 release (``PYTHONPATH=/path/to/old/checkout python scripts/messy_lab.py replay DIR``) for a
@@ -15,15 +17,21 @@ import argparse
 import time
 
 
-def build(path: str, threads: int, turns: int) -> None:
-    from tulip_nb.memory.backends.file import FileCheckpointer
+def _open(store: str):  # type: ignore[no-untyped-def]
+    from tulip_nb.memory.urls import checkpointer_from_url
+
+    return checkpointer_from_url(store if "://" in store else f"file:{store}")
+
+
+def build(store: str, threads: int, turns: int, long_turns: int, every: int | None) -> None:
     from tulip_nb.testing import MessySpec, build_messy_corpus, build_messy_thread
 
-    cp = FileCheckpointer(base_dir=path)
+    cp = _open(store)
     t0 = time.perf_counter()
-    long = build_messy_thread(cp, "long-300", MessySpec(seed=1, turns=300, forks=2))
-    print(f"300-turn thread: {long.n_messages} messages, outcomes {long.outcome_counts()}")
-    made = build_messy_corpus(cp, threads, MessySpec(seed=2, turns=turns, forks=1), prefix="corpus")
+    long = build_messy_thread(cp, "long-300", MessySpec(seed=1, turns=long_turns, forks=2, checkpoint_every=every))
+    print(f"{long_turns}-turn thread: {long.n_messages} messages, outcomes {long.outcome_counts()}")
+    spec = MessySpec(seed=2, turns=turns, forks=1, checkpoint_every=every)
+    made = build_messy_corpus(cp, threads, spec, prefix="corpus")
     failed = sum(1 for m in made for t in m.turns if t.outcome not in ("answered", "tulip"))
     total = sum(len(m.turns) for m in made)
     print(
@@ -32,12 +40,12 @@ def build(path: str, threads: int, turns: int) -> None:
     )
 
 
-def replay(path: str) -> None:
+def replay(store: str) -> None:
+    from tulip_nb._sync import run_sync
     from tulip_nb.lab import Replay, open_thread
-    from tulip_nb.memory.backends.file import FileCheckpointer
 
-    cp = FileCheckpointer(base_dir=path)
-    ids = sorted(__import__("tulip_nb._sync", fromlist=["run_sync"]).run_sync(cp.list_threads(limit=None)))
+    cp = _open(store)
+    ids = sorted(run_sync(cp.list_threads(limit=None)))
     with_div = 0
     total = 0
     long_div = None
@@ -59,14 +67,16 @@ def replay(path: str) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["build", "replay"])
-    p.add_argument("dir")
+    p.add_argument("store")
     p.add_argument("--threads", type=int, default=200)
     p.add_argument("--turns", type=int, default=50)
+    p.add_argument("--long", type=int, default=300, help="turns of the long thread")
+    p.add_argument("--every", type=int, default=1, help="checkpoint every N iterations (0: turn ends only)")
     a = p.parse_args()
     if a.what == "build":
-        build(a.dir, a.threads, a.turns)
+        build(a.store, a.threads, a.turns, a.long, a.every or None)
     else:
-        replay(a.dir)
+        replay(a.store)
 
 
 if __name__ == "__main__":
