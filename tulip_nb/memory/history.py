@@ -34,8 +34,9 @@ it). Every load checks every entry's id and the row's digest: corruption raises
 >>> longer.ids[:2] == chain.ids[:2], longer.known  # known: entries stored so far (none yet)
 (True, 0)
 >>> state = AgentState(messages=history, metadata={"user": "u42"})
->>> rest = state_rest(state)
->>> again = join_state(rest, [m.json_bytes() for m in history], where="example")
+>>> from tulip_nb.memory.rest_delta import joined
+>>> rest = state_rest(state)  # the other fields, by part
+>>> again = join_state(joined(rest), [m.json_bytes() for m in history], where="example")
 >>> again.model_dump() == state.model_dump()
 True
 """
@@ -61,6 +62,7 @@ from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory._envelope import state_from_obj
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
+from tulip_nb.memory.rest_delta import Parts, state_parts
 
 __all__ = [
     "ENTRY_ALG",
@@ -73,6 +75,8 @@ __all__ = [
     "RowWrite",
     "StoredCheckpoint",
     "entry_id",
+    "fields_hash",
+    "join_fields",
     "join_state",
     "row_digest",
     "state_rest",
@@ -193,9 +197,9 @@ def _first_difference(have: _Chained, messages: Sequence[Message]) -> int:
     return min(len(have.messages), len(messages))
 
 
-def state_rest(state: AgentState) -> bytes:
-    """The state's JSON without its messages: the part a checkpoint row stores whole."""
-    return AgentState.__pydantic_serializer__.to_json(state, exclude={"messages"})
+def state_rest(state: AgentState) -> Parts:
+    """The state's fields other than its messages, as the parts a row stores (:mod:`.rest_delta`)."""
+    return state_parts(state)
 
 
 def join_state(rest: bytes, messages: Sequence[bytes], *, where: str, thread_id: str | None = None) -> AgentState:
@@ -216,15 +220,17 @@ def row_digest(
     metadata: bytes,
     head: bytes | None,
     n_messages: int,
-    rest: bytes,
+    fields_hash: bytes,
 ) -> bytes:
     """The content digest of a checkpoint row: sha256 over every field, each length-prefixed.
 
-    The head entry's id stands for the whole message list (it chains every message), so this is
-    a digest of the whole state, its save metadata and ``created_at``, bound to its thread and id:
-    a row edited, or moved in from another thread, no longer matches.
+    The head entry's id stands for the whole message list (it chains every message) and
+    ``fields_hash`` (:func:`fields_hash`) for the state's other fields, however the row stores
+    them (whole or as a patch), so this is a digest of the whole state, its save metadata and
+    ``created_at``, bound to its thread and id: a row edited, or moved in from another thread, no
+    longer matches.
     """
-    h = hashlib.sha256(b"tulip_nb-row/1\x00")
+    h = hashlib.sha256(b"tulip_nb-row/2\x00")
     parts = (
         thread_id.encode(),
         checkpoint_id.encode(),
@@ -232,12 +238,29 @@ def row_digest(
         metadata,
         head or b"",
         str(n_messages).encode(),
-        rest,
+        fields_hash,
     )
     for part in parts:
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return h.digest()
+
+
+def fields_hash(canonical_fields: bytes) -> bytes:
+    """The sha256 of the state's other fields, as canonical JSON (:func:`~.rest_delta.canonical`)."""
+    return hashlib.sha256(b"tulip_nb-fields/1\x00" + canonical_fields).digest()
+
+
+def join_fields(
+    fields: dict[str, Any], messages: Sequence[bytes], *, where: str, thread_id: str | None = None
+) -> AgentState:
+    """The state from its other fields (parsed) and its messages' JSON, oldest first (validated)."""
+    with gc_paused():
+        try:
+            parsed = orjson.loads(b"[" + b",".join(messages) + b"]")
+        except orjson.JSONDecodeError as e:
+            raise CheckpointCorrupt(f"stored messages are not JSON: {e}", path=where, thread_id=thread_id) from e
+        return state_from_obj({"messages": parsed, **fields}, where=where, thread_id=thread_id)
 
 
 def verify_chain(head: bytes | None, walk: Sequence[tuple[bytes, bytes]], n: int, *, where: str, **ctx: Any) -> None:
@@ -267,7 +290,7 @@ class RowWrite:
     checkpoint_id: str
     created_at: datetime
     metadata: dict[str, Any]
-    rest: bytes
+    rest: Parts
     chain: MessageChain
 
 

@@ -13,7 +13,12 @@ Tables::
 
     entries(rowid, id BLOB UNIQUE, parent -> entries.rowid, refs, data)
     checkpoints(seq, thread, cid, parent, head -> entries.rowid, n, at_us, created_at, turn_end,
-                metadata, rest, digest, UNIQUE(thread, cid))
+                metadata, rest, base, depth, chain, fields, digest, UNIQUE(thread, cid))
+
+``rest`` holds the state's other fields, whole or as a patch against the row ``base`` of the same
+thread (:mod:`tulip_nb.memory.rest_delta`); ``fields`` is the hash of the whole fields, which the
+row's digest covers, so a copy re-binds a row to its new thread without rebuilding it. A row that
+others use as their base is rewritten whole before it is dropped, in the dropping transaction.
 
 ``refs`` counts the rows whose head an entry is and the entries whose parent it is; a drop
 decrements along the chain and deletes what reaches zero, in the dropping transaction. So an
@@ -32,7 +37,7 @@ import os
 import sqlite3
 import stat
 import threading
-import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +47,7 @@ import orjson
 
 from tulip_nb.core import iso_offset, parse_datetime
 from tulip_nb.core.errors import BackendUnavailable, CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
+from tulip_nb.core.fastload import gc_paused
 from tulip_nb.core.keys import PARENT_KEY
 from tulip_nb.memory.backends._file_delta import is_turn_end
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
@@ -53,10 +59,12 @@ from tulip_nb.memory.history import (
     RowWrite,
     SavePlanFn,
     StoredCheckpoint,
-    join_state,
+    fields_hash,
+    join_fields,
     row_digest,
     verify_chain,
 )
+from tulip_nb.memory.rest_delta import MAX_DEPTH, Parts, PatchError, decode, encode, pack, parts_of_json
 
 __all__ = ["DB_DIR", "DB_NAME", "SQLiteHistory"]
 
@@ -71,11 +79,15 @@ CREATE TABLE IF NOT EXISTS entries(
 CREATE TABLE IF NOT EXISTS checkpoints(
     seq INTEGER PRIMARY KEY AUTOINCREMENT, thread TEXT NOT NULL, cid TEXT NOT NULL, parent TEXT,
     head INTEGER, n INTEGER NOT NULL, at_us INTEGER NOT NULL, created_at TEXT NOT NULL,
-    turn_end INTEGER NOT NULL, metadata BLOB NOT NULL, rest BLOB NOT NULL, digest BLOB NOT NULL,
+    turn_end INTEGER NOT NULL, metadata BLOB NOT NULL, rest BLOB NOT NULL, base TEXT,
+    depth INTEGER NOT NULL, chain INTEGER NOT NULL, fields BLOB NOT NULL, digest BLOB NOT NULL,
     UNIQUE(thread, cid));
 CREATE INDEX IF NOT EXISTS checkpoints_by_time ON checkpoints(thread, at_us, cid);
+CREATE INDEX IF NOT EXISTS checkpoints_by_base ON checkpoints(thread, base) WHERE base IS NOT NULL;
 """
-_COLS = "seq, thread, cid, head, n, created_at, metadata, rest, digest"
+_VERSION = 2
+"""``PRAGMA user_version`` of the schema above."""
+_COLS = "seq, thread, cid, head, n, created_at, metadata, rest, digest, base, fields"
 _ORDER = "ORDER BY at_us DESC, cid DESC"
 _WALK = """
 WITH RECURSIVE walk(rid, id, parent, data) AS (
@@ -84,28 +96,13 @@ WITH RECURSIVE walk(rid, id, parent, data) AS (
     SELECT e.rowid, e.id, e.parent, e.data FROM entries e JOIN walk w ON e.rowid = w.parent)
 SELECT id, data FROM walk
 """
-_COMPRESS_MIN = 512
-"""``rest`` blobs of at least this many bytes are stored zlib-compressed (a ``\\x01`` prefix)."""
+_CACHED_THREADS = 64
+"""Threads whose newest saved fields an instance keeps parsed (the base of their next patch)."""
 
 
 def _micros(when: datetime) -> int:
     delta = when.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def _pack(rest: bytes) -> bytes:
-    return b"\x01" + zlib.compress(rest, 1) if len(rest) >= _COMPRESS_MIN else b"\x00" + rest
-
-
-def _unpack(blob: bytes, where: str, **ctx: Any) -> bytes:
-    if blob[:1] == b"\x00":
-        return blob[1:]
-    try:
-        if blob[:1] == b"\x01":
-            return zlib.decompress(blob[1:])
-    except zlib.error as e:
-        raise CheckpointCorrupt(f"stored state fields cannot be read: {e}", path=where, **ctx) from e
-    raise CheckpointCorrupt("stored state fields have an unknown encoding", path=where, **ctx)
 
 
 def _check_plain(path: Path, *, directory: bool) -> None:
@@ -131,6 +128,8 @@ class SQLiteHistory(HistoryStore):
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
         self._lock = threading.RLock()
+        # thread -> (checkpoint id, fields hash, parts, depth, chain) of its newest save
+        self._fields: OrderedDict[str, tuple[str, bytes, Parts, int, int]] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"SQLiteHistory({str(self.path)!r})"
@@ -151,9 +150,17 @@ class SQLiteHistory(HistoryStore):
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {'FULL' if self.fsync else 'OFF'}")
             conn.execute("BEGIN IMMEDIATE")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'checkpoints'").fetchone()[0]
+            if version != _VERSION and (version or tables):
+                raise BackendUnavailable(
+                    f"the history store's schema is version {version}, this tulip_nb reads version {_VERSION}",
+                    path=str(self.path),
+                )
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
             conn.close()
@@ -249,14 +256,20 @@ class SQLiteHistory(HistoryStore):
         if head is not None:  # referenced before the row it replaces lets go of a shared prefix
             conn.execute("UPDATE entries SET refs = refs + 1 WHERE rowid = ?", (head,))
         self._drop_rows(conn, thread_id, [write.checkpoint_id])  # saving an id again replaces it
+        base = conn.execute(
+            f"SELECT cid, fields FROM checkpoints WHERE thread = ? {_ORDER} LIMIT 1", (thread_id,)
+        ).fetchone()
+        base_parts, depth, chain = self._base_parts(conn, thread_id, base)
+        enc, parts, fields_bytes = encode(write.rest, base_parts, depth, chain)
+        digest_of_fields = fields_hash(fields_bytes)
         meta = orjson.dumps(write.metadata, option=orjson.OPT_NON_STR_KEYS)
         digest = row_digest(
-            thread_id, write.checkpoint_id, write.created_at, meta, write.chain.head, write.chain.n, write.rest
+            thread_id, write.checkpoint_id, write.created_at, meta, write.chain.head, write.chain.n, digest_of_fields
         )
         parent = write.metadata.get(PARENT_KEY)
         conn.execute(
-            "INSERT INTO checkpoints(thread, cid, parent, head, n, at_us, created_at, turn_end, metadata, rest, digest)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO checkpoints(thread, cid, parent, head, n, at_us, created_at, turn_end, metadata, rest,"
+            " base, depth, chain, fields, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 thread_id,
                 write.checkpoint_id,
@@ -267,10 +280,73 @@ class SQLiteHistory(HistoryStore):
                 iso_offset(write.created_at),
                 int(is_turn_end(write.metadata)),
                 meta,
-                _pack(write.rest),
+                enc.blob,
+                base[0] if enc.patch and base is not None else None,
+                enc.depth,
+                enc.chain,
+                digest_of_fields,
                 digest,
             ),
         )
+        self._remember(thread_id, (write.checkpoint_id, digest_of_fields, parts, enc.depth, enc.chain))
+
+    def _remember(self, thread_id: str, value: tuple[str, bytes, Parts, int, int]) -> None:
+        self._fields[thread_id] = value
+        self._fields.move_to_end(thread_id)
+        while len(self._fields) > _CACHED_THREADS:
+            self._fields.popitem(last=False)
+
+    def _base_parts(
+        self, conn: sqlite3.Connection, thread_id: str, base: tuple[str, bytes] | None
+    ) -> tuple[Parts | None, int, int]:
+        """The parts, depth and chain of the row a new save patches against (None: none).
+
+        The instance's own newest save when the row is still that one (same id and fields hash,
+        whoever else wrote meanwhile), else rebuilt from the store; a base that cannot be rebuilt
+        (corrupt) gives None, so the save is written whole and never depends on it.
+        """
+        if base is None:
+            return None, 0, 0
+        cached = self._fields.get(thread_id)
+        if cached is not None and cached[0] == base[0] and cached[1] == base[1]:
+            return cached[2], cached[3], cached[4]
+        r = conn.execute(
+            "SELECT rest, base, depth, chain, fields FROM checkpoints WHERE thread = ? AND cid = ?",
+            (thread_id, base[0]),
+        ).fetchone()
+        try:
+            with gc_paused():
+                parts = parts_of_json(orjson.dumps(self._rebuild(conn, thread_id, base[0], r[0], r[1], r[4])))
+        except CheckpointCorrupt:
+            return None, 0, 0
+        return parts, int(r[2]), int(r[3])
+
+    def _rebuild(
+        self, conn: sqlite3.Connection, thread_id: str, cid: str, blob: bytes, base: str | None, want: bytes
+    ) -> dict[str, Any]:
+        """A row's whole fields: its snapshot, or its base's rebuilt and its patch applied; verified."""
+        where = str(self.path)
+        ctx: dict[str, Any] = {"thread_id": thread_id, "checkpoint_id": cid}
+        blobs = [blob]
+        while base is not None:
+            if len(blobs) > MAX_DEPTH + 1:
+                raise CheckpointCorrupt("the row's fields patch a chain with no snapshot", path=where, **ctx)
+            r = conn.execute(
+                "SELECT rest, base FROM checkpoints WHERE thread = ? AND cid = ?", (thread_id, base)
+            ).fetchone()
+            if r is None:
+                raise CheckpointCorrupt(f"the row's fields patch missing checkpoint {base}", path=where, **ctx)
+            blobs.append(r[0])
+            base = r[1]
+        try:
+            fields = decode(blobs[-1], None)
+            for patch in reversed(blobs[:-1]):
+                fields = decode(patch, fields)
+        except PatchError as e:
+            raise CheckpointCorrupt(str(e), path=where, **ctx) from e
+        if fields_hash(orjson.dumps(fields)) != want:
+            raise CheckpointCorrupt("the row's state fields do not match their hash", path=where, **ctx)
+        return fields
 
     def _entry_rowid(self, conn: sqlite3.Connection, eid: bytes) -> int | None:
         r = conn.execute("SELECT rowid FROM entries WHERE id = ?", (eid,)).fetchone()
@@ -338,10 +414,35 @@ class SQLiteHistory(HistoryStore):
                 ).fetchone()
                 if r is not None:
                     found.append(r)
+        if cids is not None and found:
+            self._rebase(conn, thread_id, set(cids))
         for seq, head in found:
             conn.execute("DELETE FROM checkpoints WHERE seq = ?", (seq,))
             self._release(conn, head)
         return len(found)
+
+    def _rebase(self, conn: sqlite3.Connection, thread_id: str, dropped: set[str]) -> None:
+        """Rewrite whole the surviving rows whose fields patch a row about to be dropped.
+
+        All are rebuilt before any is rewritten (one may patch another). A row that cannot be
+        rebuilt is corrupt already; it is left as it is (``verify`` reports it).
+        """
+        rebuilt: list[tuple[bytes, int]] = []
+        for cid in sorted(dropped):
+            for seq, dep, blob, base, want in conn.execute(
+                "SELECT seq, cid, rest, base, fields FROM checkpoints WHERE thread = ? AND base = ?", (thread_id, cid)
+            ).fetchall():
+                if dep in dropped:
+                    continue
+                with contextlib.suppress(CheckpointCorrupt):
+                    rebuilt.append((orjson.dumps(self._rebuild(conn, thread_id, dep, blob, base, want)), seq))
+        for fields_bytes, seq in rebuilt:
+            whole = pack(fields_bytes)
+            conn.execute(
+                "UPDATE checkpoints SET rest = ?, base = NULL, depth = 0, chain = 0 WHERE seq = ?", (whole, seq)
+            )
+        if rebuilt:
+            self._fields.pop(thread_id, None)
 
     def delete_sync(self, thread_id: str, cids: list[str] | None) -> int:
         with self._txn(write=True) as conn:
@@ -361,16 +462,15 @@ class SQLiteHistory(HistoryStore):
 
     def _set_metadata(self, conn: sqlite3.Connection, thread_id: str, cid: str, meta: dict[str, Any]) -> None:
         r = conn.execute(
-            "SELECT c.seq, c.n, c.created_at, c.rest, e.id FROM checkpoints c LEFT JOIN entries e ON e.rowid = c.head"
-            " WHERE c.thread = ? AND c.cid = ?",
+            "SELECT c.seq, c.n, c.created_at, c.fields, e.id FROM checkpoints c"
+            " LEFT JOIN entries e ON e.rowid = c.head WHERE c.thread = ? AND c.cid = ?",
             (thread_id, cid),
         ).fetchone()
         if r is None:
             return
-        seq, n, created, rest, head = r
-        where = str(self.path)
+        seq, n, created, fields, head = r
         blob = orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS)
-        digest = row_digest(thread_id, cid, parse_datetime(created), blob, head, n, _unpack(rest, where))
+        digest = row_digest(thread_id, cid, parse_datetime(created), blob, head, n, fields)
         parent = meta.get(PARENT_KEY)
         conn.execute(
             "UPDATE checkpoints SET metadata = ?, digest = ?, parent = ?, turn_end = ? WHERE seq = ?",
@@ -381,23 +481,24 @@ class SQLiteHistory(HistoryStore):
     def copy_sync(self, source: str, dest: str, metadata: Callable[[Row], dict[str, Any]]) -> int:
         with self._txn(write=True) as conn:
             rows = conn.execute(
-                "SELECT c.seq, c.cid, c.head, c.n, c.at_us, c.created_at, c.turn_end, c.metadata, c.rest, e.id"
-                " FROM checkpoints c LEFT JOIN entries e ON e.rowid = c.head WHERE c.thread = ? ORDER BY c.seq",
+                "SELECT c.seq, c.cid, c.head, c.n, c.at_us, c.created_at, c.turn_end, c.metadata, c.rest, e.id,"
+                " c.base, c.depth, c.chain, c.fields FROM checkpoints c LEFT JOIN entries e ON e.rowid = c.head"
+                " WHERE c.thread = ? ORDER BY c.seq",
                 (source,),
             ).fetchall()
             if not rows:
                 raise CheckpointNotFound("source thread has no checkpoints", thread_id=source)
             if conn.execute("SELECT 1 FROM checkpoints WHERE thread = ? LIMIT 1", (dest,)).fetchone():
                 raise CheckpointConflict("destination thread already has checkpoints; delete it first", thread_id=dest)
-            for _, cid, head, n, at_us, created, turn_end, meta, rest, head_id in rows:
+            for _, cid, head, n, at_us, created, turn_end, meta, rest, head_id, base, depth, chain, fields in rows:
                 when = parse_datetime(created)
                 src_row = Row(source, cid, when, orjson.loads(meta), n)
                 new_meta = orjson.dumps(metadata(src_row), option=orjson.OPT_NON_STR_KEYS)
-                digest = row_digest(dest, cid, when, new_meta, head_id, n, _unpack(rest, str(self.path)))
+                digest = row_digest(dest, cid, when, new_meta, head_id, n, fields)
                 parent = orjson.loads(new_meta).get(PARENT_KEY)
                 conn.execute(
                     "INSERT INTO checkpoints(thread, cid, parent, head, n, at_us, created_at, turn_end, metadata,"
-                    " rest, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " rest, base, depth, chain, fields, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         dest,
                         cid,
@@ -409,6 +510,10 @@ class SQLiteHistory(HistoryStore):
                         turn_end,
                         new_meta,
                         rest,
+                        base,
+                        depth,
+                        chain,
+                        fields,
                         digest,
                     ),
                 )
@@ -437,7 +542,7 @@ class SQLiteHistory(HistoryStore):
         head_rowid = r[3]
         walk = conn.execute(_WALK, (head_rowid,)).fetchall() if head_rowid is not None else []
         head_id = walk[0][0] if walk else None
-        return self._verified(r, walk, head_id, head_rowid)
+        return self._verified(conn, r, walk, head_id, head_rowid)
 
     # -- the projection -----------------------------------------------------------------------
     def _latest_turn_end(self, conn: sqlite3.Connection, thread_id: str) -> str | None:
@@ -467,20 +572,25 @@ class SQLiteHistory(HistoryStore):
             return fn(self._latest_turn_end(conn, thread_id), load)
 
     def _verified(
-        self, r: tuple[Any, ...], walk: list[tuple[bytes, bytes]], head_id: bytes | None, head_rowid: int | None
+        self,
+        conn: sqlite3.Connection,
+        r: tuple[Any, ...],
+        walk: list[tuple[bytes, bytes]],
+        head_id: bytes | None,
+        head_rowid: int | None,
     ) -> StoredCheckpoint:
-        _, thread_id, cid, _, n, created, meta, rest_blob, digest = r
+        _, thread_id, cid, _, n, created, meta, rest_blob, digest, base, want = r
         ctx: dict[str, Any] = {"thread_id": thread_id, "checkpoint_id": cid}
         where = str(self.path)
         if head_rowid is not None and not walk:
             raise CheckpointCorrupt("the checkpoint's head entry is missing", path=where, **ctx)
         verify_chain(head_id, walk, n, where=where, **ctx)
-        rest = _unpack(rest_blob, where, **ctx)
         when = parse_datetime(created)
-        if row_digest(thread_id, cid, when, meta, head_id, n, rest) != digest:
+        if row_digest(thread_id, cid, when, meta, head_id, n, want) != digest:
             raise CheckpointCorrupt("checkpoint row does not match its content digest", path=where, **ctx)
+        fields = self._rebuild(conn, thread_id, cid, rest_blob, base, want)
         walk.reverse()
-        state = join_state(rest, [d for _, d in walk], where=where, thread_id=thread_id)
+        state = join_fields(fields, [d for _, d in walk], where=where, thread_id=thread_id)
         metadata = orjson.loads(meta)
         return StoredCheckpoint(Checkpoint(cid, thread_id, when, state, metadata), [i for i, _ in walk])
 
