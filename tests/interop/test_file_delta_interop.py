@@ -32,7 +32,7 @@ def _ours(base: Path, replies: list[str]) -> Agent:
         ScriptedModel([text(r) for r in replies]),
         [],
         system_prompt="You are terse.",
-        checkpointer=FileCheckpointer(base),
+        checkpointer=FileCheckpointer(base, layout="delta"),
         conversation_manager=NullManager(),
         checkpoint_every_n_iterations=1,
     )
@@ -57,7 +57,7 @@ def _mirrors(directory: Path) -> list[str]:
 
 
 async def test_tulip_resumes_a_delta_thread_and_we_continue_after_tulip(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     directory = cp.thread_dir(THREAD)
     ours = _ours(tmp_path, ["one", "two", "three"])
     results = []
@@ -83,7 +83,7 @@ async def test_tulip_resumes_a_delta_thread_and_we_continue_after_tulip(tmp_path
     assert tulip_latest in tulip_ids
 
     # we see tulip's envelope as the latest and continue after it
-    fresh = FileCheckpointer(tmp_path)
+    fresh = FileCheckpointer(tmp_path, layout="delta")
     assert await fresh.latest_checkpoint_id(THREAD) == tulip_latest
     latest = await fresh.load(THREAD)
     assert latest is not None and latest.messages[-1].content == "four"
@@ -110,7 +110,7 @@ async def test_tulip_resumes_a_delta_thread_and_we_continue_after_tulip(tmp_path
 
 async def test_tulip_save_into_a_delta_thread_is_continued(tmp_path: Path) -> None:
     """tulip's FileCheckpointer (no agent) saves on top of the mirror; a delta save follows it."""
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     await _ours(tmp_path, ["a"]).run("q", thread_id=THREAD)
     tcp = tulip_file.FileCheckpointer(base_dir=str(tmp_path))
     state = await tcp.load(THREAD)

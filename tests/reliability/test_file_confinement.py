@@ -126,7 +126,7 @@ async def test_planted_lock_symlink_creates_nothing(tmp_path: Path, layout: Layo
 
 async def test_planted_log_symlink_is_refused(tmp_path: Path) -> None:
     base = tmp_path / "base"
-    cp = FileCheckpointer(base, fsync=False)
+    cp = FileCheckpointer(base, layout="delta", fsync=False)
     await cp.save(_state("one"), "real")
     outside_log = tmp_path / "outside-log"
     shutil.copyfile(base / "real" / ".tulip_nb_log", outside_log)
@@ -135,7 +135,7 @@ async def test_planted_log_symlink_is_refused(tmp_path: Path) -> None:
     for thread, target in (("t1", outside_log), ("t2", missing)):
         (base / thread).mkdir()
         (base / thread / ".tulip_nb_log").symlink_to(target)
-        fresh = FileCheckpointer(base, fsync=False)
+        fresh = FileCheckpointer(base, layout="delta", fsync=False)
         with pytest.raises(BackendUnavailable, match="symbolic link"):
             await fresh.save(_state("two"), thread)
         with pytest.raises(BackendUnavailable, match="symbolic link"):
@@ -144,7 +144,7 @@ async def test_planted_log_symlink_is_refused(tmp_path: Path) -> None:
     assert not missing.exists()
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        assert "real" in await FileCheckpointer(base, fsync=False).list_threads()
+        assert "real" in await FileCheckpointer(base, layout="delta", fsync=False).list_threads()
     record_figure("file_symlink_attacks_refused", 1)
 
 
@@ -167,7 +167,7 @@ async def test_symlinked_base_dir_is_supported(tmp_path: Path, layout: Layout) -
 
 async def test_leftover_tombstones_and_temp_files_are_cleaned(tmp_path: Path) -> None:
     base = tmp_path / "base"
-    cp = FileCheckpointer(base, fsync=False)
+    cp = FileCheckpointer(base, layout="delta", fsync=False)
     await cp.save(_state("one"), "t")
     trash = base / ".tulip_nb_trash-0123"
     (trash / "sub").mkdir(parents=True)
@@ -175,7 +175,7 @@ async def test_leftover_tombstones_and_temp_files_are_cleaned(tmp_path: Path) ->
     dead_pid = 4_194_303  # above any pid in use (pid_max's default ceiling)
     tmp = base / "t" / f".abc.json.{dead_pid}.1.tmp"
     tmp.write_text("half")
-    fresh = FileCheckpointer(base, fsync=False)
+    fresh = FileCheckpointer(base, layout="delta", fsync=False)
     assert not trash.exists()
     assert await fresh.load("t") is not None
     assert not tmp.exists()
@@ -199,7 +199,7 @@ async def test_delete_in_shared_directory_keeps_the_other_thread(tmp_path: Path,
 async def test_interrupted_shared_delete_is_finished_by_the_next_scan(tmp_path: Path) -> None:
     """A crash after the commit point (the tombstone names the thread) with half the files moved."""
     base = tmp_path / "base"
-    cp = FileCheckpointer(base, fsync=False)
+    cp = FileCheckpointer(base, layout="delta", fsync=False)
     for i in range(3):
         await cp.save(_state(f"a#1 {i}"), "a#1")
         await cp.save(_state(f"a_1 {i}"), "a_1")
@@ -210,7 +210,7 @@ async def test_interrupted_shared_delete_is_finished_by_the_next_scan(tmp_path: 
     trash.mkdir()
     (trash / ".thread").write_text("a#1")
     os.rename(directory / logs[0], trash / logs[0])  # the log moved, its envelope not yet
-    fresh = FileCheckpointer(base, fsync=False)
+    fresh = FileCheckpointer(base, layout="delta", fsync=False)
     assert await fresh.load("a#1") is None
     assert await fresh.list_checkpoint_infos("a#1", limit=None) == []
     state = await fresh.load("a_1")
@@ -218,6 +218,6 @@ async def test_interrupted_shared_delete_is_finished_by_the_next_scan(tmp_path: 
     assert not trash.exists()
     # an uncommitted tombstone (no thread id yet): nothing was moved, the thread stays
     (directory / ".tulip_nb_trash-early").mkdir()
-    again = FileCheckpointer(base, fsync=False)
+    again = FileCheckpointer(base, layout="delta", fsync=False)
     assert len(await again.list_checkpoint_infos("a_1", limit=None)) == 3
     assert not (directory / ".tulip_nb_trash-early").exists()

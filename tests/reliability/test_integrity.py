@@ -17,7 +17,8 @@ from tulip_nb.core import AgentState, Message
 from tulip_nb.core.messages import ToolCall
 from tulip_nb.core.state import MessageBlobCache, messages_digest
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
-from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint
+from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
+from tulip_nb.memory.history import Rewrite
 from tulip_nb.memory.integrity import HASH_KEY, PARENT_HASH_KEY, recompute_hash, verify_thread
 from tulip_nb.memory.urls import checkpointer_from_url
 
@@ -37,6 +38,8 @@ async def backend(kind: str, tmp_path: Path, redis_url: str, **kwargs: Any) -> A
 
         cp: BaseCheckpointer = S3Backend(new_bucket(), endpoint_url=moto_endpoint(), **S3_CREDENTIALS, **kwargs)
     else:
+        if kind == "file":  # signing is opt-in on the file store (issue 26): these tests sign
+            kwargs.setdefault("sign", True)
         cp = checkpointer_from_url(url, **kwargs)
     try:
         yield cp
@@ -128,12 +131,21 @@ async def test_metadata_edit_and_stripped_hash(tmp_path: Path) -> None:
     for i in range(3):
         await cp.save(_state(1), "t", metadata={"who": "agent", "i": i})
     infos = sorted(await cp.list_checkpoint_infos("t", 10), key=lambda i: i.created_at)
-    infos[0].metadata["who"] = "someone else"  # the stored dict itself
+
+    def forge(info: CheckpointInfo) -> None:
+        """Store ``info``'s (edited) save metadata as one with write access to the store would: the
+        row's content digest recomputed (a digest is no signature; the hash chain is)."""
+        cp.store.rewrite_sync("t", lambda _rows: Rewrite({info.checkpoint_id: info.metadata}))
+
+    infos[0].metadata["who"] = "someone else"
+    forge(infos[0])
     report = await verify_thread(cp, "t")
     assert report.first_failure is not None and report.first_failure.checkpoint_id == infos[0].checkpoint_id
     infos[0].metadata["who"] = "agent"
+    forge(infos[0])
     for key in (HASH_KEY, PARENT_HASH_KEY, "tulip_nb_hash_alg"):
         infos[-1].metadata.pop(key)
+    forge(infos[-1])
     report = await verify_thread(cp, "t")
     assert report.ok and report.counts() == {"ok": 2, "unsigned": 1}
     strict = await verify_thread(cp, "t", strict=True)
@@ -158,7 +170,7 @@ async def test_tulip_threads_are_unsigned_not_failures(tmp_path: Path) -> None:
 
 
 async def test_copy_and_export_keep_verifying(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path / "a")
+    cp = FileCheckpointer(tmp_path / "a", sign=True)
     for i in range(3):
         await cp.save(_state(i + 1), "src")
     await cp.copy_thread("src", "dst")

@@ -70,7 +70,7 @@ def cli(*args: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("n_removed", [1, 2, 5])
 def test_rollback_is_caught_by_verify_expect(tmp_path: Path, n_removed: int) -> None:
     store = tmp_path / "s"
-    infos = asyncio.run(_thread(FileCheckpointer(store)))
+    infos = asyncio.run(_thread(FileCheckpointer(store, sign=True)))
     code, out, err = cli("verify", str(store), "t", "--anchor")
     assert code == 0, out + err
     anchor = Anchor.from_json(out)  # stdout is the anchor alone; the summary went to stderr
@@ -82,7 +82,7 @@ def test_rollback_is_caught_by_verify_expect(tmp_path: Path, n_removed: int) -> 
     assert code == 0 and "anchor: ok: reaches the anchor" in out
 
     async def roll_back() -> None:
-        cp = FileCheckpointer(store)
+        cp = FileCheckpointer(store, sign=True)
         for info in infos[-n_removed:]:
             assert await cp.delete("t", info.checkpoint_id)
 
@@ -106,7 +106,7 @@ def test_rollback_is_caught_by_verify_expect(tmp_path: Path, n_removed: int) -> 
 
 def test_expect_refuses_what_is_no_anchor(tmp_path: Path) -> None:
     store = tmp_path / "s"
-    asyncio.run(_thread(FileCheckpointer(store), n=2))
+    asyncio.run(_thread(FileCheckpointer(store, sign=True), n=2))
     for bad, says in [("nope", "no such file"), ("0", "seq must be"), ("{", "not JSON"), ('{"a": 1}', "not a tulip")]:
         code, _, err = cli("verify", str(store), "t", "--expect", bad)
         assert code == 2 and says in err, (bad, err)
@@ -126,7 +126,7 @@ def _agent(cp: BaseCheckpointer, trail: AuditTrail, turns: int) -> Agent:
 
 
 async def test_the_audit_trail_records_hash_and_seq_and_anchors(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path / "threads")
+    cp = FileCheckpointer(tmp_path / "threads", sign=True)
     trail = AuditTrail(tmp_path / "audit.jsonl", checkpointer=cp)
     agent = _agent(cp, trail, 4)
     for i in range(4):
@@ -165,7 +165,7 @@ async def test_the_audit_trail_records_hash_and_seq_and_anchors(tmp_path: Path) 
 
 @pytest.mark.parametrize("n_removed", [1, 3])
 async def test_rollback_is_caught_via_the_audit_trail(tmp_path: Path, n_removed: int) -> None:
-    cp = FileCheckpointer(tmp_path / "threads")
+    cp = FileCheckpointer(tmp_path / "threads", sign=True)
     trail = AuditTrail(tmp_path / "audit.jsonl", checkpointer=cp)
     agent = _agent(cp, trail, 4)
     for i in range(4):
@@ -238,7 +238,7 @@ async def store(kind: str, tmp_path: Path) -> AsyncIterator[Callable[[], BaseChe
         yield lambda: mem
         return
     if kind == "file":
-        yield lambda: FileCheckpointer(tmp_path / "files")
+        yield lambda: FileCheckpointer(tmp_path / "files", sign=True)
         return
     url = shared_url(kind)
     cp = checkpointer_from_url(url)
@@ -328,7 +328,7 @@ def test_verify_cli_on_a_fork_whose_source_was_deleted(tmp_path: Path) -> None:
     base = tmp_path / "threads"
 
     async def build() -> str:
-        cp = FileCheckpointer(base)
+        cp = FileCheckpointer(base, sign=True)
         _, fork = await _fork(cp)
         assert await cp.delete("src")
         return fork

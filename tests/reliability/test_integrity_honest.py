@@ -17,6 +17,7 @@ from tulip_nb.core import AgentState, Message
 from tulip_nb.core.keys import ALG_KEY, CREATED_AT_KEY, HASH_KEY, PARENT_HASH_KEY, SEQ_KEY
 from tulip_nb.memory._signing import ALG, ALG_V1, checkpoint_hash
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
+from tulip_nb.memory.backends._delta_file import DeltaFileCheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
 from tulip_nb.memory.integrity import verify_thread
 
@@ -29,7 +30,7 @@ def make(kind: str, tmp_path: Path) -> Callable[[], BaseCheckpointer]:
         cp = MemoryCheckpointer()
         return lambda: cp
     if kind == "file":
-        return lambda: FileCheckpointer(tmp_path / "s")
+        return lambda: FileCheckpointer(tmp_path / "s", sign=True)
     return lambda: FileCheckpointer(tmp_path / "s", layout="tulip")
 
 
@@ -49,7 +50,7 @@ async def _load(cp: BaseCheckpointer, tid: str, cid: str) -> Checkpoint:
 
 
 def _envelope(cp: BaseCheckpointer, tid: str, cid: str) -> Path:
-    assert isinstance(cp, FileCheckpointer)
+    assert isinstance(cp, DeltaFileCheckpointer)  # layout="tulip": one envelope per checkpoint
     return cp.checkpoint_path(tid, cid)
 
 

@@ -96,7 +96,7 @@ async def _same(cp: BaseCheckpointer, thread: str, expected: AgentState, *, sour
 
 # -- forks and copies share history --------------------------------------------------------------
 async def test_a_fork_is_one_small_record_and_survives_its_parent(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     _, state = await _big_source(cp)
     agent = _agent(cp)
     before = _disk(tmp_path)
@@ -108,7 +108,7 @@ async def test_a_fork_is_one_small_record_and_survives_its_parent(tmp_path: Path
     assert _disk(tmp_path) - before < 20_000_000 and _disk(tmp_path) < 20_000_000
     await cp.delete(BIG)
     assert not cp.thread_dir(BIG).exists()
-    fresh = FileCheckpointer(tmp_path)
+    fresh = FileCheckpointer(tmp_path, layout="delta")
     for f in forks:
         await _same(fresh, f, state, source_gone=True)
         await _same(cp, f, state, source_gone=True)
@@ -117,7 +117,7 @@ async def test_a_fork_is_one_small_record_and_survives_its_parent(tmp_path: Path
 async def test_lab_fork_and_copy_share_history_and_survive_the_parent(tmp_path: Path) -> None:
     from tulip_nb.lab import afork
 
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     _, state = await _big_source(cp)
     thread = await afork(BIG, 1999, new_thread_id="lab/fork", checkpointer=cp)
     forked = await cp.load("lab/fork")
@@ -128,13 +128,13 @@ async def test_lab_fork_and_copy_share_history_and_survive_the_parent(tmp_path: 
     assert len(_mirrors(cp.thread_dir("copy/1"))) == 1  # the copy's latest is a turn end
     assert cp.check_mirror("copy/1") == []
     await cp.delete(BIG)
-    await _same(FileCheckpointer(tmp_path), "lab/fork", forked, source_gone=True)
-    await _same(FileCheckpointer(tmp_path), "copy/1", state)
+    await _same(FileCheckpointer(tmp_path, layout="delta"), "lab/fork", forked, source_gone=True)
+    await _same(FileCheckpointer(tmp_path, layout="delta"), "copy/1", state)
     assert cp.check_mirror("copy/1") == []
 
 
 async def test_a_fork_of_a_fork_survives_the_middle_one(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     _, state = await _big_source(cp)
     agent = _agent(cp)
     middle = await agent.fork(BIG, new_thread_id="middle")
@@ -143,18 +143,18 @@ async def test_a_fork_of_a_fork_survives_the_middle_one(tmp_path: Path) -> None:
     await cp.copy_thread(middle, grand_copy)
     await cp.delete(middle)
     for t in (grand, grand_copy):
-        await _same(FileCheckpointer(tmp_path), t, state, source_gone=t == grand)
-    await _same(FileCheckpointer(tmp_path), BIG, state)
+        await _same(FileCheckpointer(tmp_path, layout="delta"), t, state, source_gone=t == grand)
+    await _same(FileCheckpointer(tmp_path, layout="delta"), BIG, state)
     await cp.delete(BIG)
     for t in (grand, grand_copy):
-        await _same(FileCheckpointer(tmp_path), t, state, source_gone=True)
+        await _same(FileCheckpointer(tmp_path, layout="delta"), t, state, source_gone=True)
 
 
 @pytest.mark.parametrize("how", ["fork", "copy"])
 async def test_a_fork_into_a_thread_sharing_the_directory_survives_the_source(tmp_path: Path, how: str) -> None:
     """Bug: ``a#1`` and ``a_1`` share ``a_1/``; the dependent in the same directory was skipped when
     the source was deleted, so the fork's base vanished and it loaded as None."""
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     state = _state(30)
     await cp.save(state, "a#1", metadata={"source": "final"})
     if how == "fork":
@@ -162,25 +162,25 @@ async def test_a_fork_into_a_thread_sharing_the_directory_survives_the_source(tm
     else:
         await cp.copy_thread("a#1", "a_1")
     assert await cp.delete("a#1")
-    await _same(FileCheckpointer(tmp_path), "a_1", state, source_gone=how == "fork")
+    await _same(FileCheckpointer(tmp_path, layout="delta"), "a_1", state, source_gone=how == "fork")
     await _same(cp, "a_1", state, source_gone=how == "fork")
 
 
 async def test_unknown_envelope_keys_survive_the_delta_layout(tmp_path: Path) -> None:
     """Bug: ``Checkpoint.extra`` (envelope keys of a newer version) was dropped by the log."""
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     now = datetime.now(UTC)
     await cp.put_checkpoint(Checkpoint("c1", "t", now, _state(2), {"source": "final"}, {"future": [1, 2]}))
-    got = await FileCheckpointer(tmp_path).load_checkpoint("t", "c1")
+    got = await FileCheckpointer(tmp_path, layout="delta").load_checkpoint("t", "c1")
     assert got is not None and got.extra == {"future": [1, 2]}
     await cp.copy_thread("t", "t2")
-    copied = await FileCheckpointer(tmp_path).load_checkpoint("t2", "c1")
+    copied = await FileCheckpointer(tmp_path, layout="delta").load_checkpoint("t2", "c1")
     assert copied is not None and copied.extra == {"future": [1, 2]}
 
 
 async def test_a_checkpoint_written_again_rewrites_its_mirror(tmp_path: Path) -> None:
     """Bug: put_checkpoint of the mirrored id with a new state left the old envelope (tulip read it)."""
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     now = datetime.now(UTC)
     await cp.put_checkpoint(Checkpoint("c1", "t", now, _state(2), {"source": "final"}))
     await cp.put_checkpoint(Checkpoint("c1", "t", now, _state(3, "other"), {"source": "final", "k": 1}))
@@ -194,7 +194,7 @@ async def test_a_checkpoint_written_again_rewrites_its_mirror(tmp_path: Path) ->
 async def test_rewriting_a_fork_base_leaves_the_fork_as_it_was(tmp_path: Path, change: str) -> None:
     """Bug: a put of the source checkpoint a fork is based on (same id, same created_at, another
     state) changed what the fork loaded; with another created_at the fork became unreadable."""
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     c1 = await cp.save(_state(3, "orig"), "src", metadata={"source": "final"})
     await cp.save(_state(4, "orig"), "src", metadata={"source": "final"})
     ck = await cp.load_checkpoint("src", c1)
@@ -207,7 +207,7 @@ async def test_rewriting_a_fork_base_leaves_the_fork_as_it_was(tmp_path: Path, c
     if change == "delete then put":
         await cp.delete("src", c1)
     await cp.put_checkpoint(Checkpoint(c1, "src", when, other, dict(ck.metadata)))
-    for reader in (cp, FileCheckpointer(tmp_path)):
+    for reader in (cp, FileCheckpointer(tmp_path, layout="delta")):
         assert _dump(await reader.load("f")) == before["f"]
         assert _dump(await reader.load("copy", c1)) == before["copy"]
     assert _dump(await cp.load("src", c1)) == _dump(other)
@@ -215,7 +215,7 @@ async def test_rewriting_a_fork_base_leaves_the_fork_as_it_was(tmp_path: Path, c
 
 async def test_relinking_a_fork_base_keeps_the_fork_shared(tmp_path: Path) -> None:
     """A prune re-links survivors with puts of the same state: the forks stay one small record."""
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     await _turns(cp, "src", 3, 2)
     await _agent(cp).fork("src", new_thread_id="f")  # the latest turn end, re-linked by the prune
     size = _log(cp, "f").stat().st_size
@@ -245,7 +245,7 @@ async def _turns(cp: FileCheckpointer, thread: str, turns: int, per_turn: int, s
 async def _consistent(cp: FileCheckpointer, base: Path, thread: str, *, verify: bool = True) -> None:
     """Listing, latest and mirror agree between this instance and a fresh one; verify is ok
     (``verify=False``: checkpoints were deleted one by one, which re-links nothing)."""
-    fresh = FileCheckpointer(base)
+    fresh = FileCheckpointer(base, layout="delta")
     ours = [(i.checkpoint_id, caller_metadata(i.metadata)) for i in await cp.list_checkpoint_infos(thread, None)]
     theirs = [(i.checkpoint_id, caller_metadata(i.metadata)) for i in await fresh.list_checkpoint_infos(thread, None)]
     assert ours == theirs
@@ -260,7 +260,7 @@ async def _consistent(cp: FileCheckpointer, base: Path, thread: str, *, verify: 
 
 
 async def test_delete_one_checkpoint_moves_the_mirror(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     finals = await _turns(cp, "t", 3, 2)
     assert _mirrors(tmp_path / "t")[0]["checkpoint_id"] == finals[-1]
     assert await cp.delete("t", finals[-1])
@@ -274,7 +274,7 @@ async def test_delete_one_checkpoint_moves_the_mirror(tmp_path: Path) -> None:
 
 
 async def test_prune_and_vacuum_keep_listing_latest_and_mirror(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     finals = await _turns(cp, "t", 4, 3)
     assert await cp.prune("t") == 12  # the iterations of ended turns
     assert [i.checkpoint_id for i in await cp.list_checkpoint_infos("t", None)] == finals[::-1]
@@ -288,7 +288,7 @@ async def test_prune_and_vacuum_keep_listing_latest_and_mirror(tmp_path: Path) -
 
 
 async def test_vacuum_of_part_of_a_thread_keeps_the_mirror_on_a_survivor(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     old = datetime.now(UTC) - timedelta(days=40)
     await cp.put_checkpoint(Checkpoint("old", "t", old, _state(1), {"source": "final"}))
     await cp.save(_state(2), "t", metadata={"source": "iteration"})
@@ -299,7 +299,7 @@ async def test_vacuum_of_part_of_a_thread_keeps_the_mirror_on_a_survivor(tmp_pat
 
 
 async def test_compaction_shrinks_a_pruned_log_and_forks_still_load(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path, fsync=False)
+    cp = FileCheckpointer(tmp_path, fsync=False, layout="delta")
     finals = await _turns(cp, "long", 20, 15, scratch=8000)
     log = _log(cp, "long")
     # a fork of an iteration checkpoint that prune drops: its base must survive compaction
@@ -313,9 +313,9 @@ async def test_compaction_shrinks_a_pruned_log_and_forks_still_load(tmp_path: Pa
     assert after < before / 2, (before, after)
     assert (await cp.list_checkpoints("long", None)) == finals[::-1]
     await _consistent(cp, tmp_path, "long")
-    await _same(FileCheckpointer(tmp_path), "fork", kept_state)  # type: ignore[arg-type]
+    await _same(FileCheckpointer(tmp_path, layout="delta"), "fork", kept_state)  # type: ignore[arg-type]
     for cid in finals:
-        assert (await FileCheckpointer(tmp_path).load_checkpoint("long", cid)) is not None
+        assert (await FileCheckpointer(tmp_path, layout="delta").load_checkpoint("long", cid)) is not None
     print(f"\ncompaction: {before} -> {after} bytes")
 
 
@@ -329,7 +329,7 @@ async def test_bases_kept_for_forks_do_not_trigger_compaction_again(tmp_path: Pa
         real(self, keep_bases=keep_bases)
 
     monkeypatch.setattr(DeltaLog, "compact", counting)
-    cp = FileCheckpointer(tmp_path, fsync=False)
+    cp = FileCheckpointer(tmp_path, fsync=False, layout="delta")
     big = AgentState(messages=[Message.user("y" * 100_000)])
     first = await cp.save(big, "src", metadata={"source": "final"})
     await _agent(cp).fork("src", new_thread_id="f")
@@ -341,7 +341,7 @@ async def test_bases_kept_for_forks_do_not_trigger_compaction_again(tmp_path: Pa
         cid = await cp.save(_state(1, f"more{i}"), "src", metadata={"source": "final"})
         await cp.delete("src", cid)
     assert calls == []
-    await _same(FileCheckpointer(tmp_path), "f", big, source_gone=True)  # its parent was deleted
+    await _same(FileCheckpointer(tmp_path, layout="delta"), "f", big, source_gone=True)  # its parent was deleted
 
 
 async def test_compaction_keeps_every_base_forks_and_copies_use(tmp_path: Path, monkeypatch: Any) -> None:
@@ -355,7 +355,7 @@ async def test_compaction_keeps_every_base_forks_and_copies_use(tmp_path: Path, 
         real(self, keep_bases=keep_bases)
 
     monkeypatch.setattr(DeltaLog, "compact", counting)
-    cp = FileCheckpointer(tmp_path, fsync=False)
+    cp = FileCheckpointer(tmp_path, fsync=False, layout="delta")
     msgs: list[Message] = []
     ids = []
     for i in range(12):
@@ -374,15 +374,15 @@ async def test_compaction_keeps_every_base_forks_and_copies_use(tmp_path: Path, 
     for cid in ids[:-1]:
         await cp.delete("src", cid)
         for t, state in expected.items():
-            assert _dump(await FileCheckpointer(tmp_path).load(t)) == _dump(state), (t, cid)
+            assert _dump(await FileCheckpointer(tmp_path, layout="delta").load(t)) == _dump(state), (t, cid)
     assert compactions and any(compactions), compactions  # bases were kept for the forks
     assert cp.check_mirror("src") == []
     await cp.prune("f0", keep_last=0, keep_turn_ends=False)  # the copy's base goes from f0's listing
-    assert _dump(await FileCheckpointer(tmp_path).load("f0-copy")) == _dump(expected["f0"])
+    assert _dump(await FileCheckpointer(tmp_path, layout="delta").load("f0-copy")) == _dump(expected["f0"])
     await cp.delete("src")
     for t, state in expected.items():
         if t != "f0":
-            assert _dump(await FileCheckpointer(tmp_path).load(t)) == _dump(state), t
+            assert _dump(await FileCheckpointer(tmp_path, layout="delta").load(t)) == _dump(state), t
 
 
 # -- faults mid-save -----------------------------------------------------------------------------
@@ -418,7 +418,7 @@ def _failing(monkeypatch: Any, name: str, code: int, after: int = 0) -> Iterator
 async def test_a_failed_delta_save_leaves_the_thread_as_it_was(
     tmp_path: Path, monkeypatch: Any, call: str, code: int, after: int, source: str
 ) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     await cp.save(_state(2), "t", metadata={"source": "final"})
     good = await cp.save(_state(3), "t", metadata={"source": "final"})
     failed = False
@@ -431,13 +431,13 @@ async def test_a_failed_delta_save_leaves_the_thread_as_it_was(
     if not failed:  # an iteration save writes no envelope: a mirror-only fault cannot reach it
         assert source == "iteration" and (call, after) != ("fdatasync", 0) and (call, after) != ("writev", 0)
         return
-    for reader in (FileCheckpointer(tmp_path), cp):
+    for reader in (FileCheckpointer(tmp_path, layout="delta"), cp):
         assert await reader.latest_checkpoint_id("t") == good
         assert len(await reader.list_checkpoints("t", None)) == 2
     assert [m["checkpoint_id"] for m in _mirrors(tmp_path / "t")] == [good]
     assert not [p for p in (tmp_path / "t").iterdir() if p.name.endswith(".tmp")]
     assert cp.check_mirror("t") == []
-    assert (await verify_thread(FileCheckpointer(tmp_path), "t")).ok
+    assert (await verify_thread(FileCheckpointer(tmp_path, layout="delta"), "t")).ok
     nxt = await cp.save(_state(5), "t", metadata={"source": "final"}, expected_parent=good)
     await _consistent(cp, tmp_path, "t")
     assert _mirrors(tmp_path / "t")[0]["checkpoint_id"] == nxt
@@ -446,7 +446,7 @@ async def test_a_failed_delta_save_leaves_the_thread_as_it_was(
 async def test_another_instance_compacting_under_us(tmp_path: Path, monkeypatch: Any) -> None:
     """Instance A has the log open (indexed, cached) when B prunes and compacts it (a new file)."""
     monkeypatch.setattr(DeltaLogs, "COMPACT_MIN_BYTES", 0)
-    a, b = FileCheckpointer(tmp_path), FileCheckpointer(tmp_path)
+    a, b = FileCheckpointer(tmp_path, layout="delta"), FileCheckpointer(tmp_path, layout="delta")
     finals = await _turns(a, "t", 4, 5, scratch=1000)
     every = await a.list_checkpoint_infos("t", None)
     mid = next(i.checkpoint_id for i in every if i.metadata.get("source") == "iteration")
@@ -473,7 +473,7 @@ async def test_a_failed_compaction_does_not_fail_the_drop(
 ) -> None:
     """The drop is done (a PRUNE record) before the compaction; a failed rewrite changes nothing."""
     monkeypatch.setattr(DeltaLogs, "COMPACT_MIN_BYTES", 0)
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     finals = await _turns(cp, "t", 3, 4, scratch=2000)
     iterations = [i.checkpoint_id for i in await cp.list_checkpoint_infos("t", None) if i.checkpoint_id not in finals]
     size = _log(cp, "t").stat().st_size
@@ -491,7 +491,7 @@ async def test_a_failed_compaction_does_not_fail_the_drop(
 
 # -- threads sharing a directory -----------------------------------------------------------------
 async def test_ids_that_sanitise_alike_keep_their_own_logs(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     ids = ["a#1", "a_1", "a 1"]
     for n, t in enumerate(ids):
         await cp.save(_state(n + 1, f"{t}-"), t, metadata={"source": "final", "who": t})
@@ -499,7 +499,7 @@ async def test_ids_that_sanitise_alike_keep_their_own_logs(tmp_path: Path) -> No
     (directory,) = _subdirs(tmp_path)
     assert len([p for p in directory.iterdir() if p.name.startswith(".tulip_nb_log")]) == 3
     assert len(_mirrors(directory)) == 3
-    fresh = FileCheckpointer(tmp_path)
+    fresh = FileCheckpointer(tmp_path, layout="delta")
     assert sorted(await fresh.list_threads()) == sorted(ids)
     for n, t in enumerate(ids):
         st_ = await fresh.load(t)
@@ -525,7 +525,7 @@ def _fds() -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc")
 async def test_more_threads_than_open_logs_round_robin(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path, fsync=False)
+    cp = FileCheckpointer(tmp_path, fsync=False, layout="delta")
     n = DeltaLogs.MAX_OPEN + 36
     threads = [f"t{i}" for i in range(n)]
     last: dict[str, str] = {}
@@ -540,7 +540,7 @@ async def test_more_threads_than_open_logs_round_robin(tmp_path: Path) -> None:
                 await _agent(cp).fork(threads[(i + 1) % n], new_thread_id=f"fork-{rnd}-{i}")
         assert _fds() <= baseline + 4
     assert len(cp._logs._logs) <= DeltaLogs.MAX_OPEN
-    fresh = FileCheckpointer(tmp_path, fsync=False)
+    fresh = FileCheckpointer(tmp_path, fsync=False, layout="delta")
     for t in threads:
         assert await fresh.latest_checkpoint_id(t) == last[t]
         got = await fresh.load(t)
@@ -560,7 +560,7 @@ from tulip_nb.core.errors import CheckpointConflict
 from tulip_nb.memory.backends.file import FileCheckpointer
 
 async def main(base, who, rounds):
-    cp = FileCheckpointer(base)
+    cp = FileCheckpointer(base, layout="delta")
     wins = 0
     for i in range(rounds):
         for _ in range(200):
@@ -596,7 +596,7 @@ def _run_writers(base: Path, rounds: int) -> list[int]:
 async def test_two_processes_compare_and_swap_one_delta_thread(tmp_path: Path) -> None:
     wins = await asyncio.to_thread(_run_writers, tmp_path, 15)
     assert sum(wins) == 30
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     infos = await cp.list_checkpoint_infos("shared", None)
     assert len(infos) == 30 and len({i.checkpoint_id for i in infos}) == 30
     # one chain: each parent is the previous checkpoint, each state extends its parent's
@@ -610,7 +610,7 @@ async def test_two_processes_compare_and_swap_one_delta_thread(tmp_path: Path) -
 
 
 async def test_two_instances_alternate_with_expected_parent(tmp_path: Path) -> None:
-    a, b = FileCheckpointer(tmp_path), FileCheckpointer(tmp_path)
+    a, b = FileCheckpointer(tmp_path, layout="delta"), FileCheckpointer(tmp_path, layout="delta")
     parent = ""
     for i in range(10):
         w, other = (a, b) if i % 2 == 0 else (b, a)
@@ -625,7 +625,7 @@ async def test_two_instances_alternate_with_expected_parent(tmp_path: Path) -> N
 
 # -- check_mirror ---------------------------------------------------------------------------------
 async def test_check_mirror_reports_each_problem(tmp_path: Path) -> None:
-    cp = FileCheckpointer(tmp_path)
+    cp = FileCheckpointer(tmp_path, layout="delta")
     first = await cp.save(_state(1), "t", metadata={"source": "final"})
     second = await cp.save(_state(2), "t", metadata={"source": "final"})
     directory = tmp_path / "t"
@@ -633,29 +633,29 @@ async def test_check_mirror_reports_each_problem(tmp_path: Path) -> None:
     assert cp.check_mirror("t") == []
     # missing
     (directory / f"{second}.json").unlink()
-    assert any("cannot be read" in p for p in FileCheckpointer(tmp_path).check_mirror("t"))
+    assert any("cannot be read" in p for p in FileCheckpointer(tmp_path, layout="delta").check_mirror("t"))
     # stale extra mirror (an older turn end still has its envelope)
     (directory / f"{second}.json").write_bytes(good)
     raw = orjson.loads(good)
     raw["checkpoint_id"] = first
     (directory / f"{first}.json").write_bytes(orjson.dumps(raw))
-    problems = FileCheckpointer(tmp_path).check_mirror("t")
+    problems = FileCheckpointer(tmp_path, layout="delta").check_mirror("t")
     assert any("stale" in p and first in p for p in problems), problems
     (directory / f"{first}.json").unlink()
     # differs from the log
     raw = orjson.loads(good)
     raw["state"]["messages"][0]["content"] = "tampered"
     (directory / f"{second}.json").write_bytes(orjson.dumps(raw))
-    assert any("differs" in p for p in FileCheckpointer(tmp_path).check_mirror("t"))
+    assert any("differs" in p for p in FileCheckpointer(tmp_path, layout="delta").check_mirror("t"))
     (directory / f"{second}.json").write_bytes(good)
-    assert FileCheckpointer(tmp_path).check_mirror("t") == []
+    assert FileCheckpointer(tmp_path, layout="delta").check_mirror("t") == []
     # the log lost the record (cut) while the mirror remains
     log = directory / ".tulip_nb_log"
-    fresh = FileCheckpointer(tmp_path)
+    fresh = FileCheckpointer(tmp_path, layout="delta")
     header = fresh._logs.get(directory, "t").header(second)  # type: ignore[union-attr]
     await fresh.close()
     os.truncate(log, header.offset)
-    problems = FileCheckpointer(tmp_path).check_mirror("t")
+    problems = FileCheckpointer(tmp_path, layout="delta").check_mirror("t")
     assert any("lost" in p and second in p for p in problems), problems
 
 
@@ -684,7 +684,7 @@ async def _apply(stores: list[Any], base: Path, op: tuple[str, str, Any], n: int
     model = stores[0]
     if kind == "reopen":
         await stores[1].close()
-        stores[1] = FileCheckpointer(base, fsync=False)
+        stores[1] = FileCheckpointer(base, fsync=False, layout="delta")
         return
     ids = await model.list_checkpoints(thread, None)
     if kind == "save":
@@ -756,11 +756,11 @@ def test_delta_layout_behaves_like_the_memory_store(
     base = tmp_path_factory.mktemp("model")
 
     async def run() -> None:
-        stores: list[Any] = [MemoryCheckpointer(), FileCheckpointer(base, fsync=False)]
+        stores: list[Any] = [MemoryCheckpointer(), FileCheckpointer(base, fsync=False, layout="delta")]
         for n, op in enumerate(ops):
             await _apply(stores, base, op, n)
             await _agree(stores[0], stores[1], base)
-        await _agree(stores[0], FileCheckpointer(base, fsync=False), base)
+        await _agree(stores[0], FileCheckpointer(base, fsync=False, layout="delta"), base)
         await stores[1].close()
 
     asyncio.run(run())

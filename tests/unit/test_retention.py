@@ -101,7 +101,7 @@ def lookup(order_id: str) -> str:
 @pytest.mark.parametrize("kind", ["memory", "file"])
 async def test_a_real_thread_pruned_verifies_and_resumes(kind: str, tmp_path: Path) -> None:
     """30 turns of 3 tool calls each, saved after every iteration: prune keeps turn ends only."""
-    cp = MemoryCheckpointer() if kind == "memory" else FileCheckpointer(tmp_path)
+    cp = MemoryCheckpointer() if kind == "memory" else FileCheckpointer(tmp_path, sign=True)
     turns = 30
     script = []
     for t in range(turns):

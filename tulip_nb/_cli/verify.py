@@ -1,4 +1,4 @@
-"""``tulip-nb verify URL THREAD``: re-read every checkpoint of a thread and check it.
+"""``tulip-nb verify URL [THREAD]``: re-read every checkpoint of a thread (or of every thread) and check it.
 
 For each checkpoint the listing names: the envelope decodes (state valid), its checkpoint and
 thread ids are the ones asked for, its ``parent_checkpoint_id`` exists in the thread (or, for a
@@ -14,6 +14,22 @@ listed once and each state read once, for all of these checks together: the comm
 ``verify_thread`` costs. One line per problem, exit 1 if any::
 
     tulip-nb verify ./demo_threads ticket-8912-refund
+
+Without THREAD every thread of the store is verified, each problem line starting with
+``thread '<id>':``; a clean store (no threads at all included) exits 0::
+
+    tulip-nb verify ./demo_threads
+
+A store's own checks run too, when it has them, each problem on a line of its own and none
+stopping the others. The history layout (``FileCheckpointer(..., layout="history")``) has
+``check_store()``: SQLite's ``integrity_check`` and the entries' reference counts, lines
+``store: ...`` (a read of the whole database, in both forms of the command); and
+``check_mirror(thread_id)``: the projection tulip reads, the latest turn end's envelope, must be
+there and hold the history's state, save metadata and ``created_at`` (the delta layout's
+``check_mirror`` compares its envelope with the log). A thread's projection is checked before
+anything else reads the thread, because opening a thread repairs a missing or stale projection:
+verify reports the damage it found, and after the repair a second run no longer sees it. A check
+or a listing that raises is a problem line too, not the end of the run.
 
 A rollback (the newest checkpoints deleted) leaves a consistent, older thread; only an anchor kept
 elsewhere shows it. ``--anchor`` prints, after a clean verify, the anchor to keep (one JSON line on
@@ -34,7 +50,9 @@ problem line (``anchor: rolled_back``), and so is a checkpoint whose hash is not
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import inspect
 import itertools
 import re
 import sys
@@ -52,9 +70,9 @@ _HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("verify", help="re-read and validate every checkpoint of a thread")
+    parser = subparsers.add_parser("verify", help="re-read and validate every checkpoint of a thread (or of all)")
     parser.add_argument("url", help="checkpointer URL")
-    parser.add_argument("thread_id")
+    parser.add_argument("thread_id", nargs="?", help="the thread (default: every thread of the store)")
     parser.add_argument(
         "--limit", type=int, default=100_000, help="at most this many checkpoints (default: %(default)s)"
     )
@@ -202,13 +220,50 @@ async def _link_problems(
         if parent not in ids:
             source = info.metadata.get("forked_from")
             if isinstance(source, str) and source != thread_id:  # a fork's first checkpoint
-                if not await cp.exists(source, parent):  # deleted or vacuumed: the chain decides
+                try:
+                    there = await cp.exists(source, parent)
+                except Exception as e:  # the source cannot be read: not a gone one
+                    problems.append(f"{cid}: " + _failed(f"looking up the fork parent {parent} in {source!r}", e))
+                    continue
+                if not there:  # deleted or vacuumed: the chain decides
                     gone_origins.append(f"{cid}: fork parent {parent} is not in {source!r}")
             elif complete:
                 problems.append(f"{cid}: parent {parent} is not in the thread")
         elif cid in created and parent in created and created[parent] > created[cid]:
             problems.append(f"{cid}: older than its parent {parent}")
     return problems, gone_origins
+
+
+def _failed(what: str, e: BaseException) -> str:
+    """The problem line of a check that raised instead of answering."""
+    return f"{what} failed: {type(e).__name__}: {e}"
+
+
+async def _call_check(cp: Any, name: str, what: str, *args: str) -> list[str] | None:
+    """``cp.<name>(*args)`` (sync, in a worker thread, or async) as problem lines; None if ``cp``
+    has no such check. A check that raises is one problem line, never the end of the verify."""
+    check = getattr(cp, name, None)
+    if not callable(check):
+        return None
+    try:
+        got = await asyncio.to_thread(check, *args)
+        if inspect.isawaitable(got):
+            got = await got
+    except Exception as e:
+        return [_failed(f"{what} ({name})", e)]
+    return [str(line) for line in got]
+
+
+async def mirror_problems(cp: Any, thread_id: str) -> list[str]:
+    """The problems ``cp.check_mirror(thread_id)`` finds (the file store's tulip envelope), [] if
+    ``cp`` has no such check. Run it before anything else reads the thread: an open repairs it."""
+    return await _call_check(cp, "check_mirror", "checking the tulip envelope", thread_id) or []
+
+
+async def store_problems(cp: Any) -> list[str]:
+    """The store-level problems (``cp.check_store()``, the history layout's SQLite integrity check
+    and entry reference counts), each line starting with ``store:``; [] without such a check."""
+    return [f"store: {line}" for line in await _call_check(cp, "check_store", "checking the store") or []]
 
 
 async def verify(
@@ -221,23 +276,34 @@ async def verify(
     expect: Any = None,
     notes: list[str] | None = None,
     keep: list[Any] | None = None,
+    mirror: list[str] | None = None,
 ) -> tuple[int, list[str]]:
     """``(checkpoints checked, problems)`` for ``thread_id`` in ``cp``.
 
     ``chain`` is filled with the hash-chain verdict counts, ``notes`` with lines that are not
     problems (a fork whose source is gone), ``keep`` with the anchor to keep (when one exists);
-    ``expect`` is an anchor for :func:`~tulip_nb.memory.integrity.verify_thread`.
+    ``expect`` is an anchor for :func:`~tulip_nb.memory.integrity.verify_thread`. ``mirror``: the
+    thread's :func:`mirror_problems` found already (else they are checked first, here). A
+    listing of the thread that fails (a damaged store) is a problem line, not an exception.
 
     It costs what ``verify_thread`` costs: the thread is listed once and each state loaded once,
     by ``verify_thread`` (oldest first, the order in which a store that rebuilds a state from the
     one before answers fastest); the envelope checks run on what it loads (:class:`_EnvelopeChecks`).
     """
+    from tulip_nb.core.errors import BackendUnavailable, CheckpointNotFound, InvalidThreadId
     from tulip_nb.memory.integrity import verify_thread
 
+    if mirror is None:  # before the listing: opening a thread repairs its projection
+        mirror = await mirror_problems(cp, thread_id)
     problems: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        infos = await cp.list_checkpoint_infos(thread_id, limit=limit)
+        try:
+            infos = await cp.list_checkpoint_infos(thread_id, limit=limit)
+        except (BackendUnavailable, CheckpointNotFound, InvalidThreadId):
+            raise  # not a verdict on the thread: the store is down, or the id is not one
+        except Exception as e:
+            return 0, [*mirror, _failed("listing the thread's checkpoints", e)]
         reader = _EnvelopeChecks(cp, thread_id, infos)
         # verify_thread only lists, loads and asks `exists`: the stand-in passes it all through
         report = await verify_thread(
@@ -250,9 +316,7 @@ async def verify(
         links, gone_origins = await _link_problems(cp, thread_id, infos, reader.created, complete=len(infos) < limit)
         problems += links
     problems += [f"warning: {w.message}" for w in caught]
-    check_mirror = getattr(cp, "check_mirror", None)  # the file store's delta layout: tulip's envelope
-    if callable(check_mirror):
-        problems += check_mirror(thread_id)
+    problems += mirror  # the file store: tulip's envelope
     for v in report.failures:
         if v is report.anchor:
             problems.append(f"{v.checkpoint_id or '(no checkpoints)'}: anchor: {v.status}: {v.detail}")
@@ -275,6 +339,54 @@ async def verify(
     return len(infos), problems
 
 
+async def verify_all(
+    cp: Any,
+    limit: int = 100_000,
+    *,
+    strict: bool = False,
+    chain: dict[str, int] | None = None,
+    notes: list[str] | None = None,
+) -> tuple[int, int, list[str]]:
+    """``(threads, checkpoints checked, problems)`` for every thread of ``cp`` and the store itself.
+
+    The store's own checks first (:func:`store_problems`), then every thread's projection
+    (:func:`mirror_problems`, all before any thread is read: reading a fork asks its source), then
+    :func:`verify` of each thread, its lines starting with ``thread '<id>':``. ``chain`` is filled
+    with the verdict counts summed over the threads, ``notes`` with the threads' notes.
+    """
+    from tulip_nb.core.errors import BackendUnavailable, CapabilityNotSupported
+
+    problems = await store_problems(cp)
+    try:
+        threads = await cp.list_threads(limit=None)
+    except (BackendUnavailable, CapabilityNotSupported):
+        raise  # no verdict: the store is down, or cannot list its threads (name one)
+    except Exception as e:
+        return 0, 0, [*problems, "store: " + _failed("listing the threads", e)]
+    mirrors = {t: await mirror_problems(cp, t) for t in threads}
+    total = 0
+    for thread in threads:
+        where = f"thread {thread!r}: "
+        counts: dict[str, int] = {}
+        mine: list[str] = []
+        try:
+            count, found = await verify(
+                cp, thread, limit, strict=strict, chain=counts, notes=mine, mirror=mirrors[thread]
+            )
+        except BackendUnavailable:
+            raise
+        except Exception as e:  # one thread's failure is its line; the others are still verified
+            count, found = 0, [*mirrors[thread], _failed("verify", e)]
+        total += count
+        problems += [where + line for line in found]
+        if notes is not None:
+            notes += [line.replace("note: ", "note: " + where, 1) for line in mine if line.startswith("note: ")]
+        if chain is not None:
+            for status, n in counts.items():
+                chain[status] = chain.get(status, 0) + n
+    return len(threads), total, problems
+
+
 def run(args: argparse.Namespace) -> int:
     from tulip_nb.core.errors import CheckpointNotFound, UserError
 
@@ -284,6 +396,13 @@ def run(args: argparse.Namespace) -> int:
     strict = bool(getattr(args, "strict", False))
     want_anchor = bool(getattr(args, "anchor", False))
     expect_value, from_audit = getattr(args, "expect", None), getattr(args, "expect_from_audit", None)
+    thread_id = getattr(args, "thread_id", None)
+
+    if thread_id is None:
+        for flag, value in (("--expect", expect_value), ("--expect-from-audit", from_audit), ("--anchor", want_anchor)):
+            if value:
+                raise UserError(f"{flag} is about one thread: name it (tulip-nb verify URL THREAD {flag} ...)")
+        return _run_all(args, strict, chain, notes)
 
     source = None
     if expect_value is not None:
@@ -294,26 +413,53 @@ def run(args: argparse.Namespace) -> int:
     async def work(cp: Any) -> tuple[int, list[str]]:
         from tulip_nb.memory.audit import AuditTrail
 
-        expect = await AuditTrail(source, fsync=False).anchor(args.thread_id) if isinstance(source, Path) else source
-        return await verify(
-            cp, args.thread_id, args.limit, strict=strict, chain=chain, expect=expect, notes=notes, keep=keep
+        expect = await AuditTrail(source, fsync=False).anchor(thread_id) if isinstance(source, Path) else source
+        store = await store_problems(cp)
+        count, found = await verify(
+            cp, thread_id, args.limit, strict=strict, chain=chain, expect=expect, notes=notes, keep=keep
         )
+        return count, [*store, *found]
 
     count, problems = with_checkpointer(args.url, work)
     if count == 0 and not problems:
-        raise CheckpointNotFound("no such thread", thread_id=args.thread_id)
+        raise CheckpointNotFound("no such thread", thread_id=thread_id)
     out = sys.stderr if want_anchor else sys.stdout
     for line in problems:
         print(line)
     for line in notes:
         print(line, file=out)
     if problems:
-        print(f"tulip-nb verify: {len(problems)} problem(s) in {count} checkpoint(s)", file=sys.stderr)
+        print(f"tulip-nb verify: {len(problems)} problem(s) in {count} checkpoint(s) of {thread_id}", file=sys.stderr)
         return 1
-    print(f"ok: {count} checkpoint(s) of {args.thread_id}", file=out)
-    print("hash chain: " + ", ".join(f"{n} {status}" for status, n in sorted(chain.items())), file=out)
+    print(f"ok: {count} checkpoint(s) of {thread_id}", file=out)
+    print(_chain_line(chain), file=out)
     if want_anchor:
         if not keep:
-            raise UserError("nothing to anchor: no checkpoint of the thread is signed", thread_id=args.thread_id)
+            raise UserError("nothing to anchor: no checkpoint of the thread is signed", thread_id=thread_id)
         print(keep[0].to_json())
+    return 0
+
+
+def _chain_line(chain: dict[str, int]) -> str:
+    return "hash chain: " + ", ".join(f"{n} {status}" for status, n in sorted(chain.items()))
+
+
+def _run_all(args: argparse.Namespace, strict: bool, chain: dict[str, int], notes: list[str]) -> int:
+    """``tulip-nb verify URL``: every thread and the store (see :func:`verify_all`)."""
+
+    async def work(cp: Any) -> tuple[int, int, list[str]]:
+        return await verify_all(cp, args.limit, strict=strict, chain=chain, notes=notes)
+
+    threads, count, problems = with_checkpointer(args.url, work)
+    for line in [*problems, *notes]:
+        print(line)
+    if problems:
+        print(
+            f"tulip-nb verify: {len(problems)} problem(s) in {count} checkpoint(s) of {threads} thread(s)",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"ok: {count} checkpoint(s) of {threads} thread(s)")
+    if chain:
+        print(_chain_line(chain))
     return 0

@@ -3,13 +3,41 @@
 The AgentServer mounts the HTTP checkpoint protocol (:func:`~tulip_nb.server.checkpoint_app`) for
 every caller, but over this view: thread ids are prefixed on the way in (``"<principal>:"`` in
 tulip's layout) and the prefix is removed on the way out, so a caller reads, lists, searches and
-copies only its own threads. The storage id never leaves: errors name the caller's id, and so
-does the ``copied_from`` of a copy's save metadata. Operations that would cross principals are
-off: ``vacuum`` (capability off, 501). Listing and searching over-fetch from the shared store and
-filter, so they may return fewer than ``limit`` rows when other principals own most of it.
+copies only its own threads. The storage id never leaves: errors name the caller's id. Operations
+that would cross principals are off: ``vacuum`` (capability off, 501). Listing and searching
+over-fetch from the shared store and filter, so they may return fewer than ``limit`` rows when
+other principals own most of it.
 
+**Lineage stays in the caller's scope.** The save-metadata keys that name a thread,
+``forked_from`` (a fork's source) and ``copied_from`` (``{"thread_id", "checkpoint_id"}``, a
+copy's original), name a thread *of the caller*, like every other thread id it sends: a save (or a
+verbatim put) stores them as the caller's storage ids and every read shows them back as sent, the
+way a ``copy_thread`` of the caller's records its source. So a value naming another principal's
+thread, by its client id or by its storage id (``"<other principal>:<id>"``), names a thread of
+the caller's own that is not there: the store never links to the other principal's storage (the
+file store's delta layout shares history only with a fork's source in the caller's scope), and
+nothing is looked up, so no answer depends on whether that thread exists. A query by
+``forked_from`` / ``copied_from`` takes the caller's ids too. A value that names no thread at all
+(not a non-empty string without NUL; for ``copied_from`` not an object with such a
+``thread_id``) is refused: :class:`~tulip_nb.core.errors.InvalidThreadId`, 422 naming the key;
+``null`` is kept. A stored value outside the caller's scope (written past the server, say by a
+notebook on the store) is shown as ``null``: the caller sees that there is lineage, never whose.
+With the ``plain`` layout (one principal) the values are stored and shown as sent.
+
+Limit: a signing store hashes ``forked_from`` as stored, so a signed fork's first checkpoint
+verifies against the store (``tulip-nb verify`` on it, ``verify_thread`` on the store), not
+through this view, which shows the caller's id instead.
+
+>>> import asyncio
+>>> from tulip_nb.core import AgentState
 >>> from tulip_nb.memory.backends.memory import MemoryCheckpointer
->>> mine = ScopedCheckpointer(MemoryCheckpointer(), "9a437339f869:")
+>>> shared = MemoryCheckpointer()
+>>> mine = ScopedCheckpointer(shared, "9a437339f869:")
+>>> _ = asyncio.run(mine.save(AgentState(), "ticket-1-b", metadata={"forked_from": "ticket-1"}))
+>>> asyncio.run(shared.get_metadata("9a437339f869:ticket-1-b"))["forked_from"]
+'9a437339f869:ticket-1'
+>>> asyncio.run(mine.get_metadata("ticket-1-b"))["forked_from"]
+'ticket-1'
 """
 
 from __future__ import annotations
@@ -19,10 +47,16 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from tulip_nb.core.errors import TulipNBError
-from tulip_nb.core.keys import COPIED_FROM_KEY
+from tulip_nb.core.errors import InvalidThreadId, TulipNBError
+from tulip_nb.core.keys import COPIED_FROM_KEY, FORKED_FROM_KEY
 from tulip_nb.core.state import AgentState
-from tulip_nb.memory.checkpointer import BaseCheckpointer, Capabilities, Checkpoint, CheckpointInfo
+from tulip_nb.memory.checkpointer import (
+    BaseCheckpointer,
+    Capabilities,
+    Checkpoint,
+    CheckpointInfo,
+    validate_thread_id,
+)
 
 __all__ = ["ScopedCheckpointer"]
 
@@ -49,18 +83,57 @@ class ScopedCheckpointer(BaseCheckpointer):
     def _mine(self, stored: object) -> bool:
         return isinstance(stored, str) and stored.startswith(self.prefix)
 
-    def _meta(self, metadata: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Save metadata with the storage id in ``copied_from`` turned back into the caller's.
+    def _lineage_in(self, key: str, value: object, thread_id: str, *, part: str = "") -> str:
+        """A lineage value the caller sent (a thread id of its own) as the storage id it names."""
+        try:
+            if not isinstance(value, str):
+                raise InvalidThreadId(f"got {type(value).__name__}")
+            validate_thread_id(value)
+        except InvalidThreadId as e:
+            raise InvalidThreadId(
+                f"save metadata {key!r}{part} must name one of your threads (a non-empty string without NUL): "
+                f"{e.message}",
+                thread_id=thread_id,
+            ) from None
+        return self._in(value)
 
-        (``forked_from`` is part of the checkpoint's hash, so it is shown as stored: the server
-        itself never forks, so only a thread written elsewhere can carry a storage id there.)
-        """
+    def _meta_in(self, metadata: dict[str, Any] | None, thread_id: str) -> dict[str, Any] | None:
+        """Save metadata the caller sent, its lineage turned into storage ids (module docstring)."""
         if not metadata:
             return metadata
+        out = metadata
+        forked = metadata.get(FORKED_FROM_KEY)
+        if forked is not None:
+            out = {**out, FORKED_FROM_KEY: self._lineage_in(FORKED_FROM_KEY, forked, thread_id)}
         copied = metadata.get(COPIED_FROM_KEY)
-        if isinstance(copied, dict) and self._mine(copied.get("thread_id")):
-            return {**metadata, COPIED_FROM_KEY: {**copied, "thread_id": self._out(copied["thread_id"])}}
-        return metadata
+        if copied is not None:
+            if not isinstance(copied, dict):
+                raise InvalidThreadId(
+                    f"save metadata {COPIED_FROM_KEY!r} must be an object with 'thread_id' and 'checkpoint_id', "
+                    f"got {type(copied).__name__}",
+                    thread_id=thread_id,
+                )
+            source = self._lineage_in(COPIED_FROM_KEY, copied.get("thread_id"), thread_id, part=" (its 'thread_id')")
+            out = {**out, COPIED_FROM_KEY: {**copied, "thread_id": source}}
+        return out
+
+    def _lineage_out(self, stored: object) -> object:
+        """A stored lineage thread id as the caller sees it: its own id, or None (not its thread)."""
+        if not isinstance(stored, str):
+            return stored
+        return self._out(stored) if self._mine(stored) else None
+
+    def _meta(self, metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Stored save metadata as the caller sees it: lineage in its own ids (module docstring)."""
+        if not metadata:
+            return metadata
+        out = metadata
+        if isinstance(metadata.get(FORKED_FROM_KEY), str):
+            out = {**out, FORKED_FROM_KEY: self._lineage_out(metadata[FORKED_FROM_KEY])}
+        copied = metadata.get(COPIED_FROM_KEY)
+        if isinstance(copied, dict) and isinstance(copied.get("thread_id"), str):
+            out = {**out, COPIED_FROM_KEY: {**copied, "thread_id": self._lineage_out(copied["thread_id"])}}
+        return out
 
     def _rows(self, rows: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
         out = []
@@ -98,6 +171,7 @@ class ScopedCheckpointer(BaseCheckpointer):
         *,
         expected_parent: str | None = None,
     ) -> str:
+        metadata = self._meta_in(metadata, thread_id)
         with self._errors():
             return await self.inner.save(
                 state, self._in(thread_id), checkpoint_id, metadata, expected_parent=expected_parent
@@ -159,6 +233,10 @@ class ScopedCheckpointer(BaseCheckpointer):
         return self._rows(rows, limit)
 
     async def query_by_metadata(self, key: str, value: Any, limit: int | None = 100) -> list[dict[str, Any]]:
+        if key == FORKED_FROM_KEY and isinstance(value, str):  # the caller's id: its storage id
+            value = self._in(value)
+        elif key == COPIED_FROM_KEY and isinstance(value, dict) and isinstance(value.get("thread_id"), str):
+            value = {**value, "thread_id": self._in(value["thread_id"])}
         with self._errors():
             rows = await self.inner.query_by_metadata(key, value, limit=None if limit is None else limit * _OVERFETCH)
         return self._rows(rows, limit)

@@ -1,4 +1,4 @@
-"""Crash-atomic multi-file operations of :class:`~tulip_nb.memory.backends.file.FileCheckpointer`.
+"""Crash-atomic multi-file operations of :class:`~tulip_nb.memory.backends._delta_file.DeltaFileCheckpointer`.
 
 A kill -9 (or an exception) at any moment of these leaves each thread *whole or absent*, never a
 partial thread that lists; what a crash leaves behind is finished or removed by the next open
@@ -76,7 +76,7 @@ from tulip_nb.memory.backends._file_safety import (
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo, new_checkpoint_id
 
 if TYPE_CHECKING:
-    from tulip_nb.memory.backends.file import FileCheckpointer
+    from tulip_nb.memory.backends._delta_file import DeltaFileCheckpointer as FileCheckpointer
 
 __all__ = [
     "COPY_PREFIX",

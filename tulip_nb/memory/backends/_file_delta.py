@@ -1,4 +1,4 @@
-"""The delta layout of :class:`~tulip_nb.memory.backends.file.FileCheckpointer` (its default).
+"""The delta layout of :class:`~tulip_nb.memory.backends._delta_file.DeltaFileCheckpointer` (its default).
 
 A thread directory in the delta layout holds:
 

@@ -1,6 +1,6 @@
 """Writers that take no lock on a file thread (tulip): how "latest" is ordered, and what is detected.
 
-A thread directory of :class:`~tulip_nb.memory.backends.file.FileCheckpointer` may be written by
+A thread directory of :class:`~tulip_nb.memory.backends._delta_file.DeltaFileCheckpointer` may be written by
 tulip agents too. tulip writes one envelope per checkpoint and takes no lock, so tulip_nb's
 compare-and-swap (an ``flock`` on ``<dir>/.lock``) orders tulip_nb writers only. This module holds
 the two things that make mixed writers safe to reason about.
@@ -70,7 +70,7 @@ from tulip_nb.memory.backends._file_index import Bad, inodes_in
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 
 if TYPE_CHECKING:
-    from tulip_nb.memory.backends.file import FileCheckpointer
+    from tulip_nb.memory.backends._delta_file import DeltaFileCheckpointer as FileCheckpointer
 
 __all__ = [
     "ForeignWatch",

@@ -1,4 +1,4 @@
-"""What :class:`~tulip_nb.memory.backends.file.FileCheckpointer` knows about files without loading
+"""What :class:`~tulip_nb.memory.backends._delta_file.DeltaFileCheckpointer` knows about files without loading
 them: each checkpoint file's header (id, thread, ``created_at``, save metadata), read from the
 file's first bytes or from the directory's persistent index, and the stamp that says whether that
 knowledge is still about the file on disk.

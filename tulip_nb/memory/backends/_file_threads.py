@@ -1,4 +1,4 @@
-"""Thread-level operations of :class:`~tulip_nb.memory.backends.file.FileCheckpointer`: delete,
+"""Thread-level operations of :class:`~tulip_nb.memory.backends._delta_file.DeltaFileCheckpointer`: delete,
 copy, vacuum and the scans behind the listing capabilities, in both layouts (:mod:`._file_delta`).
 
 Functions of the checkpointer: they run on its own primitives (its per-directory lock, header
@@ -40,7 +40,7 @@ from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 from tulip_nb.memory.retention import relink
 
 if TYPE_CHECKING:
-    from tulip_nb.memory.backends.file import FileCheckpointer
+    from tulip_nb.memory.backends._delta_file import DeltaFileCheckpointer as FileCheckpointer
 
 __all__ = ["all_infos", "clean_base", "copy_sync", "delete_sync", "lock_fd", "settle", "vacuum_sync"]
 

@@ -97,7 +97,7 @@ class EnvelopeDir:
             finally:
                 os.close(fd)
             obj = read_head(first)
-            if obj is None:  # metadata after the state (tulip's order), or torn: read the whole file
+            if obj is None or "metadata" not in obj:  # metadata after the state (tulip's order): read it all
                 ckpt = decode_envelope(read_nofollow(path), where=str(path))
                 return Head(ckpt.info, PROJECTION_KEY in ckpt.extra)
             return Head(info_from_head(obj, where=str(path)), PROJECTION_KEY in obj)
@@ -159,7 +159,8 @@ class EnvelopeDir:
         """Write an envelope as ``directory/name`` via a random temp name and a rename."""
         tmp = f".{name}.{uuid.uuid4().hex}.tmp"
         with self.opened(directory, create=True) as dfd:
-            assert dfd is not None
+            if dfd is None:  # removed between the mkdir and the open (a tulip rmtree): an outage of this write
+                raise unavailable(FileNotFoundError(2, "the thread directory vanished while writing"), directory)
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644, dir_fd=dfd)
                 try:

@@ -1,4 +1,4 @@
-"""The file store on the history model: ``FileCheckpointer(base_dir, layout="history")``.
+"""The file store on the history model: ``FileCheckpointer(base_dir)`` (``layout="history"``, the default).
 
 The history (:mod:`tulip_nb.memory.history`) lives in one SQLite database per ``base_dir``
 (:mod:`._sqlite_history`): a save is one transaction that writes a small row and the messages it
@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId
+from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId, UserError
 from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory._envelope import encode_envelope_parts
 from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first, prepare_save_after
@@ -44,7 +45,20 @@ from tulip_nb.memory.checkpointer import (
 from tulip_nb.memory.history import PROJECTION_KEY, ChainCache, Rewrite, Row, RowWrite, StoredCheckpoint, state_rest
 from tulip_nb.memory.retention import plan_prune, relink
 
-__all__ = ["HistoryFileCheckpointer"]
+__all__ = ["FileCheckpointer", "HistoryFileCheckpointer"]
+
+
+_LEGACY = (".tulip_nb_log", ".tulip_nb_forks")
+"""Names (prefixes) of the files the delta layout of tulip_nb <= 0.25 kept in a thread directory."""
+
+
+def legacy_files(directory: Path) -> list[str]:
+    """The delta layout's files in ``directory`` (a thread tulip_nb <= 0.25 wrote), sorted."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(n for n in names if n.startswith(_LEGACY))
 
 
 def _name(checkpoint_id: str) -> str:
@@ -57,15 +71,18 @@ def _newest(a: CheckpointInfo | None, b: CheckpointInfo | None) -> CheckpointInf
     return max(a, b, key=lambda i: (i.created_at, i.checkpoint_id))
 
 
-class HistoryFileCheckpointer(InTreeCheckpointer):
+class FileCheckpointer(InTreeCheckpointer):
     """Threads in ``base_dir``: history in SQLite, tulip's envelope per thread (module docstring).
 
-    Built by ``FileCheckpointer(base_dir, layout="history")``.
+    ``layout="delta"`` or ``layout="tulip"`` builds the file store of tulip_nb <= 0.25 instead
+    (:class:`~._delta_file.DeltaFileCheckpointer`), which reads and writes the stores it wrote;
+    ``tulip-nb convert PATH`` moves them to this layout. ``sign=True`` hash-chains every save
+    (:mod:`tulip_nb.memory.integrity`); each row's content digest is checked on load either way.
 
     >>> import asyncio, tempfile
     >>> from tulip_nb.core import AgentState, Message
     >>> from tulip_nb.memory.backends import FileCheckpointer
-    >>> cp = FileCheckpointer(tempfile.mkdtemp(), layout="history")
+    >>> cp = FileCheckpointer(tempfile.mkdtemp())
     >>> cid = asyncio.run(cp.save(AgentState(messages=[Message.user("hi")]), "user/42"))
     >>> asyncio.run(cp.list_threads()), asyncio.run(cp.load("user/42")).messages[0].content
     (['user/42'], 'hi')
@@ -73,8 +90,23 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
 
     layout = "history"
 
+    def __new__(cls, base_dir: str | os.PathLike[str] = ".tulip_checkpoints", **kwargs: Any) -> Any:
+        layout = kwargs.get("layout", "history")
+        if layout in ("delta", "tulip"):
+            from tulip_nb.memory.backends._delta_file import DeltaFileCheckpointer
+
+            return DeltaFileCheckpointer(base_dir, **kwargs)
+        if layout != "history":
+            raise UserError(f"FileCheckpointer layout must be 'history', 'delta' or 'tulip', got {layout!r}")
+        return super().__new__(cls)
+
     def __init__(
-        self, base_dir: str | os.PathLike[str] = ".tulip_checkpoints", *, fsync: bool = True, sign: bool = False
+        self,
+        base_dir: str | os.PathLike[str] = ".tulip_checkpoints",
+        *,
+        fsync: bool = True,
+        sign: bool = False,
+        layout: Literal["history", "delta", "tulip"] = "history",
     ) -> None:
         self.base_dir = Path(base_dir)
         self._base = self.base_dir.resolve()  # a symlinked base_dir is followed once, here
@@ -85,6 +117,8 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
         self._chains = ChainCache()
         self._blobs = MessageBlobCache()
         self._repaired: set[str] = set()
+        self.allow_legacy = False
+        """``tulip-nb convert`` sets it: read past thread directories the delta layout wrote."""
 
     def __repr__(self) -> str:
         return f"FileCheckpointer(base_dir={str(self.base_dir)!r}, layout='history')"
@@ -148,11 +182,15 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
         )
         self._dirs.write(directory, _name(ckpt.checkpoint_id), parts, fsync=False)
 
-    def _project(self, thread_id: str, directory: Path, have: Checkpoint | None = None) -> None:
+    def _project(self, thread_id: str, directory: Path, have: Checkpoint | None = None, *, force: bool = False) -> None:
         """Make the directory's projection of ``thread_id`` its latest committed turn end.
 
         Under the store's write lock, so two processes never leave an older turn end behind.
-        ``have``: a checkpoint just saved (written without reloading when it is the one).
+        ``have``: a checkpoint just saved (written without reloading when it is the one);
+        ``force``: rewrite it even when it names the right checkpoint (its save metadata changed).
+        A projection that cannot be written (a full disk, a read-only directory, a damaged row)
+        is a warning, not a failed save: the history holds the save, and the envelope is written
+        again the next time an instance touches the thread.
         """
 
         def sync(want: str | None, load: Callable[[str], StoredCheckpoint]) -> None:
@@ -162,12 +200,25 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
                 head = current.pop(name, None)
                 if have is not None and have.checkpoint_id == want:
                     self._write_projection(directory, have)
-                elif head is None or head.info is None or head.info.checkpoint_id != want:
+                elif force or head is None or head.info is None or head.info.checkpoint_id != want:
                     self._write_projection(directory, load(want).checkpoint)
             if current:
                 self._dirs.unlink(directory, sorted(current))
 
-        self.store.project_sync(thread_id, sync)
+        try:
+            self.store.project_sync(thread_id, sync)
+        except CheckpointCorrupt:  # the newest turn end is damaged: its load and verify say so
+            self._repaired.discard(thread_id)
+            return
+        except OSError as e:  # BackendUnavailable is an OSError
+            warnings.warn(
+                f"tulip_nb: tulip's envelope of thread {thread_id!r} in {directory} could not be written ({e}); "
+                "the history holds the thread, and the envelope is written again when the thread is next opened",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            self._repaired.discard(thread_id)
+            return
         self._repaired.add(thread_id)
 
     def _repair(self, thread_id: str, directory: Path) -> None:
@@ -175,6 +226,7 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
         (or a hand) left it missing, stale or doubled."""
         if thread_id in self._repaired:
             return
+        self._refuse_legacy(directory)
         want = self.store.latest_turn_end_sync(thread_id)
         current = self._projections(thread_id, directory)
         if want is None and not current:
@@ -186,6 +238,32 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
                 self._repaired.add(thread_id)
                 return
         self._project(thread_id, directory)
+
+    def _refuse_shared_name(self, thread_id: str, directory: Path, cid: str) -> None:
+        """Two thread ids that sanitise alike share a directory: an explicit checkpoint id whose
+        envelope name another of them holds would overwrite what tulip reads for it."""
+        head = self._dirs.scan(directory).get(_name(cid))
+        if head is not None and head.info is not None and head.info.thread_id != thread_id:
+            raise CheckpointConflict(
+                f"{directory / _name(cid)} holds a checkpoint of thread {head.info.thread_id!r}, which shares this"
+                " directory; choose another checkpoint id",
+                thread_id=thread_id,
+                checkpoint_id=cid,
+            )
+
+    def _refuse_legacy(self, directory: Path) -> None:
+        """A thread directory the delta layout wrote holds its checkpoints in files this layout does
+        not read: showing only its turn-end mirror would be silently wrong, so it is an error."""
+        if self.allow_legacy:
+            return
+        found = legacy_files(directory)
+        if found:
+            raise UserError(
+                f"{directory} was written by the delta layout of tulip_nb <= 0.25 ({', '.join(found)}): "
+                f"run `tulip-nb convert {self.base_dir}` to move it to the history layout, or open it "
+                "with FileCheckpointer(base_dir, layout='delta')",
+                path=str(directory),
+            )
 
     # -- save ---------------------------------------------------------------------------------
     def _save_sync(
@@ -199,6 +277,8 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
         cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
         directory = self.thread_dir(thread_id)
         self._repair(thread_id, directory)
+        if checkpoint_id:
+            self._refuse_shared_name(thread_id, directory, cid)
         foreign = self._foreign(thread_id, directory)
         tulip_latest = max(foreign.values(), key=lambda i: (i.created_at, i.checkpoint_id), default=None)
         chain = self._chains.chain(thread_id, state.messages)
@@ -283,6 +363,7 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
             directory = self._base / name
             if os.path.islink(directory) or not directory.is_dir():
                 continue
+            self._refuse_legacy(directory)
             for head in self._dirs.scan(directory).values():
                 info = head.info
                 if info is None or head.projection:
@@ -295,10 +376,13 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
     # -- delete, copy, prune, vacuum ----------------------------------------------------------
     def _delete_sync(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
         directory = self.thread_dir(thread_id)
+        self._refuse_legacy(directory)
         if checkpoint_ids is None:
+            # the projection first: on a full disk, its bytes are what lets SQLite write the delete
+            self._dirs.unlink(directory, list(self._projections(thread_id, directory)))
+            self._repaired.discard(thread_id)
             gone = self.store.delete_sync(thread_id, None)
-            mine = list(self._projections(thread_id, directory)) + list(self._foreign(thread_id, directory))
-            gone += self._dirs.unlink(directory, mine)
+            gone += self._dirs.unlink(directory, list(self._foreign(thread_id, directory)))
             self._dirs.remove_if_empty(directory)
             self._chains.forget(thread_id)
             self._repaired.discard(thread_id)
@@ -306,11 +390,13 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
         gone = self.store.delete_sync(thread_id, sorted(checkpoint_ids))
         foreign = self._foreign(thread_id, directory)
         gone += self._dirs.unlink(directory, [n for n, i in foreign.items() if i.checkpoint_id in checkpoint_ids])
-        self._project(thread_id, directory)
+        self._project(thread_id, directory, force=True)
         return gone
 
     def _copy_sync(self, source: str, dest: str) -> bool:
         src_dir, dst_dir = self.thread_dir(source), self.thread_dir(dest)
+        self._refuse_legacy(src_dir)
+        self._refuse_legacy(dst_dir)
 
         def copied(row: Row) -> dict[str, Any]:
             return {**row.metadata, "copied_from": {"thread_id": source, "checkpoint_id": row.checkpoint_id}}
@@ -335,6 +421,7 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
     def _rewrite_sync(self, thread_id: str, choose: Callable[[list[CheckpointInfo]], set[str]]) -> int:
         """Drop ``choose(infos)`` (rows and tulip's envelopes), re-linking the survivors, in one transaction."""
         directory = self.thread_dir(thread_id)
+        self._refuse_legacy(directory)
         foreign = self._foreign(thread_id, directory)
         dropped_foreign: list[str] = []
 
@@ -349,7 +436,7 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
 
         gone = self.store.rewrite_sync(thread_id, plan)
         gone += self._dirs.unlink(directory, dropped_foreign)
-        self._project(thread_id, directory)
+        self._project(thread_id, directory, force=bool(gone))
         return gone
 
     def _vacuum_sync(self, older_than_days: float) -> int:
@@ -444,3 +531,7 @@ class HistoryFileCheckpointer(InTreeCheckpointer):
 
     async def close(self) -> None:
         await asyncio.to_thread(self.store.close_sync)
+
+
+HistoryFileCheckpointer = FileCheckpointer
+"""The name this class had while the history layout was opt-in."""

@@ -37,9 +37,10 @@ import os
 import sqlite3
 import stat
 import threading
+import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -87,15 +88,33 @@ CREATE INDEX IF NOT EXISTS checkpoints_by_base ON checkpoints(thread, base) WHER
 """
 _VERSION = 2
 """``PRAGMA user_version`` of the schema above."""
-_COLS = "seq, thread, cid, head, n, created_at, metadata, rest, digest, base, fields"
+_COLS = "seq, thread, cid, head, n, created_at, metadata, rest, digest, base, fields, at_us, turn_end"
 _ORDER = "ORDER BY at_us DESC, cid DESC"
 _WALK = """
 WITH RECURSIVE walk(rid, id, parent, data) AS (
     SELECT rowid, id, parent, data FROM entries WHERE rowid = ?
     UNION ALL
     SELECT e.rowid, e.id, e.parent, e.data FROM entries e JOIN walk w ON e.rowid = w.parent)
-SELECT id, data FROM walk
+SELECT id, data FROM walk LIMIT ?
 """
+_WALK_ROWS = """
+WITH RECURSIVE walk(rid, id, parent, data) AS (
+    SELECT rowid, id, parent, data FROM entries WHERE rowid = ?
+    UNION ALL
+    SELECT e.rowid, e.id, e.parent, e.data FROM entries e JOIN walk w ON e.rowid = w.parent)
+SELECT rid, id, data FROM walk LIMIT ?
+"""
+_ERRNO = (
+    ("SQLITE_FULL", "ENOSPC"),
+    ("SQLITE_READONLY", "EROFS"),
+    ("SQLITE_IOERR", "EIO"),
+    ("SQLITE_CANTOPEN", "EACCES"),
+    ("SQLITE_BUSY", "EBUSY"),
+    ("SQLITE_PERM", "EPERM"),
+)
+"""SQLite's error names as the errno names the other stores' errors carry."""
+Blobs = tuple[tuple[str, bytes], ...]
+"""(checkpoint id, stored ``rest``) of the rows from a snapshot to a patch, snapshot first."""
 _CACHED_THREADS = 64
 """Threads whose newest saved fields an instance keeps parsed (the base of their next patch)."""
 
@@ -127,9 +146,10 @@ class SQLiteHistory(HistoryStore):
         self.busy_timeout = busy_timeout
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
+        self._read_only = False
         self._lock = threading.RLock()
-        # thread -> (checkpoint id, fields hash, parts, depth, chain) of its newest save
-        self._fields: OrderedDict[str, tuple[str, bytes, Parts, int, int]] = OrderedDict()
+        # thread -> (checkpoint id, fields hash, parts, depth, chain, stored chain) of its newest save
+        self._fields: OrderedDict[str, tuple[str, bytes, Parts, int, int, Blobs]] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"SQLiteHistory({str(self.path)!r})"
@@ -144,6 +164,8 @@ class SQLiteHistory(HistoryStore):
         _check_plain(self.directory, directory=True)
         for suffix in ("", "-wal", "-shm", "-journal"):
             _check_plain(self.path.with_name(DB_NAME + suffix), directory=False)
+        if os.statvfs(self.directory).f_flag & os.ST_RDONLY:
+            return self._open_read_only()
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
@@ -167,18 +189,51 @@ class SQLiteHistory(HistoryStore):
             raise
         return conn
 
-    def _connection(self) -> sqlite3.Connection:
+    def _open_read_only(self) -> sqlite3.Connection:
+        """The store on a read-only file system: readable while its WAL is empty (then nothing can
+        change it: SQLite's ``immutable``); every write is EROFS. A WAL that still holds commits
+        cannot be read without writing its index, so that is an error, never an older state."""
+        wal = self.path.with_name(DB_NAME + "-wal")
+        if not self.path.exists() or (wal.exists() and wal.stat().st_size > 0):
+            why = "it does not exist" if not self.path.exists() else "its WAL holds commits (mount it rw once)"
+            raise BackendUnavailable(
+                f"history store is on a read-only file system (EROFS) and {why}", path=str(self.path)
+            )
+        uri = f"file:{urllib.parse.quote(str(self.path))}?mode=ro&immutable=1"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        self._read_only = True
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != _VERSION:
+            conn.close()
+            raise BackendUnavailable(
+                f"the history store's schema is version {version}, this tulip_nb reads version {_VERSION}",
+                path=str(self.path),
+            )
+        return conn
+
+    def _connection(self, *, write: bool = False) -> sqlite3.Connection:
+        if write and self._read_only and self._conn is not None:  # the mount may be writable again
+            self._conn.close()
+            self._conn = None
         if self._conn is None or self._pid != os.getpid():
-            self._conn = self._open()
+            self._read_only = False
+            try:
+                self._conn = self._open()
+            except OSError as e:  # base_dir is a file, unwritable, on a missing mount: never an empty store
+                raise BackendUnavailable(f"history store cannot be opened: {e}", path=str(self.path)) from e
             self._pid = os.getpid()
         return self._conn
+
+    def exists(self) -> bool:
+        """Whether the store's database is there (reads of a store never written create nothing)."""
+        return self._conn is not None or os.path.lexists(self.path)
 
     @contextlib.contextmanager
     def _txn(self, *, write: bool) -> Iterator[sqlite3.Connection]:
         """One transaction (``BEGIN IMMEDIATE`` for a write); SQLite errors become BackendUnavailable."""
         with self._lock:
             try:
-                conn = self._connection()
+                conn = self._connection(write=write)
                 conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             except sqlite3.Error as e:
                 raise self._unavailable(e) from e
@@ -196,15 +251,47 @@ class SQLiteHistory(HistoryStore):
                 raise self._unavailable(e) from e
 
     def _unavailable(self, e: sqlite3.Error) -> BackendUnavailable:
-        return BackendUnavailable(f"history store failed: {e}", path=str(self.path))
+        name = getattr(e, "sqlite_errorname", "") or ""
+        code = next((c for prefix, c in _ERRNO if name.startswith(prefix)), "")
+        with contextlib.suppress(OSError):
+            if code in ("EACCES", "EIO") and os.statvfs(self.directory).f_flag & os.ST_RDONLY:
+                code = "EROFS"
+        return BackendUnavailable(f"history store failed: {code + ': ' if code else ''}{e}", path=str(self.path))
 
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` in a worker thread, its errors as tulip_nb's. On a full disk, the WAL is
+        checkpointed and truncated and ``fn`` tried once more (every ``fn`` rolls back whole on
+        failure): a WAL holds many versions of the same pages, so this frees room, e.g. for the
+        delete that frees the disk."""
         try:
-            return await asyncio.to_thread(fn, *args)
-        except sqlite3.DatabaseError as e:  # a damaged file: say so, never an empty thread
-            raise CheckpointCorrupt(f"history store is damaged: {e}", path=str(self.path)) from e
+            return await asyncio.to_thread(self._call, fn, *args)
+        except BackendUnavailable as e:
+            if "ENOSPC" not in str(e) or not await asyncio.to_thread(self._truncate_wal):
+                raise
+        return await asyncio.to_thread(self._call, fn, *args)
+
+    def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        try:
+            return fn(*args)
         except sqlite3.Error as e:
-            raise self._unavailable(e) from e
+            name = getattr(e, "sqlite_errorname", "") or ""
+            if type(e) is sqlite3.DatabaseError or name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+                raise CheckpointCorrupt(f"history store is damaged: {e}", path=str(self.path)) from e
+            raise self._unavailable(e) from e  # locked past the busy timeout, full, read-only, I/O
+        except BackendUnavailable:
+            raise
+        except OSError as e:  # the file store's own I/O (a thread directory, an envelope): an outage
+            where = e.filename if isinstance(e.filename, str) else str(self.path.parent.parent)
+            raise BackendUnavailable(f"file store I/O failed: {e.strerror or e}", path=where) from e
+
+    def _truncate_wal(self) -> bool:
+        """Checkpoint the WAL into the database and truncate it; whether that completed."""
+        with self._lock:
+            try:
+                busy, _, _ = self._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except (sqlite3.Error, BackendUnavailable):
+                return False
+            return not busy
 
     def close_sync(self) -> None:
         with self._lock:
@@ -216,31 +303,61 @@ class SQLiteHistory(HistoryStore):
         self.close_sync()
 
     # -- rows ---------------------------------------------------------------------------------
-    def _row(self, r: tuple[Any, ...]) -> Row:
-        meta = orjson.loads(r[6])
-        return Row(r[1], r[2], parse_datetime(r[5]), meta, r[4])
+    def _row(self, r: tuple[Any, ...], *, strict: bool = True) -> Row:
+        """A row's header. ``strict=False`` (listings, the latest a save chains after): a damaged
+        header is listed with no metadata and its order key's time, so the thread stays listable
+        and writable and the row's load (and verify) report it; strict: CheckpointCorrupt."""
+        try:
+            meta = orjson.loads(r[6])
+            when = parse_datetime(r[5])
+            if not isinstance(meta, dict):
+                raise ValueError("save metadata is not an object")
+        except (ValueError, TypeError) as e:  # orjson.JSONDecodeError is a ValueError
+            if not strict and len(r) > 11 and isinstance(r[11], int):
+                return Row(r[1], r[2], datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=r[11]), {}, r[4])
+            raise CheckpointCorrupt(
+                f"checkpoint row cannot be read: {e}", path=str(self.path), thread_id=r[1], checkpoint_id=r[2]
+            ) from e
+        return Row(r[1], r[2], when, meta, r[4])
+
+    def _check_derived(self, r: tuple[Any, ...]) -> None:
+        """The columns derived from digested ones (the order key, the turn-end flag) still match."""
+        row = self._row(r)
+        if r[11] != _micros(row.created_at) or r[12] != int(is_turn_end(row.metadata)):
+            raise CheckpointCorrupt(
+                "checkpoint row's order or turn-end columns do not match its created_at and metadata",
+                path=str(self.path),
+                thread_id=row.thread_id,
+                checkpoint_id=row.checkpoint_id,
+            )
 
     def _latest(self, conn: sqlite3.Connection, thread_id: str) -> CheckpointInfo | None:
         r = conn.execute(f"SELECT {_COLS} FROM checkpoints WHERE thread = ? {_ORDER} LIMIT 1", (thread_id,)).fetchone()
-        return self._row(r).info if r else None
+        return self._row(r, strict=False).info if r else None
 
     def rows_sync(self, thread_id: str, limit: int | None = None) -> list[Row]:
+        if not self.exists():
+            return []
         with self._txn(write=False) as conn:
             sql = f"SELECT {_COLS} FROM checkpoints WHERE thread = ? {_ORDER}" + (
                 " LIMIT ?" if limit is not None else ""
             )
             args: tuple[Any, ...] = (thread_id, limit) if limit is not None else (thread_id,)
-            return [self._row(r) for r in conn.execute(sql, args)]
+            return [self._row(r, strict=False) for r in conn.execute(sql, args)]
 
     def all_rows_sync(self) -> dict[str, list[Row]]:
+        if not self.exists():
+            return {}
         out: dict[str, list[Row]] = {}
         with self._txn(write=False) as conn:
             for r in conn.execute(f"SELECT {_COLS} FROM checkpoints ORDER BY thread, at_us DESC, cid DESC"):
-                row = self._row(r)
+                row = self._row(r, strict=False)
                 out.setdefault(row.thread_id, []).append(row)
         return out
 
     def threads_sync(self) -> list[str]:
+        if not self.exists():
+            return []
         with self._txn(write=False) as conn:
             return [r[0] for r in conn.execute("SELECT DISTINCT thread FROM checkpoints")]
 
@@ -259,8 +376,9 @@ class SQLiteHistory(HistoryStore):
         base = conn.execute(
             f"SELECT cid, fields FROM checkpoints WHERE thread = ? {_ORDER} LIMIT 1", (thread_id,)
         ).fetchone()
-        base_parts, depth, chain = self._base_parts(conn, thread_id, base)
+        base_parts, depth, chain, blobs = self._base_parts(conn, thread_id, base)
         enc, parts, fields_bytes = encode(write.rest, base_parts, depth, chain)
+        blobs = (*blobs, (write.checkpoint_id, enc.blob)) if enc.patch else ((write.checkpoint_id, enc.blob),)
         digest_of_fields = fields_hash(fields_bytes)
         meta = orjson.dumps(write.metadata, option=orjson.OPT_NON_STR_KEYS)
         digest = row_digest(
@@ -288,9 +406,9 @@ class SQLiteHistory(HistoryStore):
                 digest,
             ),
         )
-        self._remember(thread_id, (write.checkpoint_id, digest_of_fields, parts, enc.depth, enc.chain))
+        self._remember(thread_id, (write.checkpoint_id, digest_of_fields, parts, enc.depth, enc.chain, blobs))
 
-    def _remember(self, thread_id: str, value: tuple[str, bytes, Parts, int, int]) -> None:
+    def _remember(self, thread_id: str, value: tuple[str, bytes, Parts, int, int, Blobs]) -> None:
         self._fields[thread_id] = value
         self._fields.move_to_end(thread_id)
         while len(self._fields) > _CACHED_THREADS:
@@ -298,36 +416,63 @@ class SQLiteHistory(HistoryStore):
 
     def _base_parts(
         self, conn: sqlite3.Connection, thread_id: str, base: tuple[str, bytes] | None
-    ) -> tuple[Parts | None, int, int]:
-        """The parts, depth and chain of the row a new save patches against (None: none).
+    ) -> tuple[Parts | None, int, int, Blobs]:
+        """The parts, depth, chain and stored chain of the row a new save patches against (None: none).
 
         The instance's own newest save when the row is still that one (same id and fields hash,
         whoever else wrote meanwhile), else rebuilt from the store; a base that cannot be rebuilt
         (corrupt) gives None, so the save is written whole and never depends on it.
         """
         if base is None:
-            return None, 0, 0
+            return None, 0, 0, ()
         cached = self._fields.get(thread_id)
-        if cached is not None and cached[0] == base[0] and cached[1] == base[1]:
-            return cached[2], cached[3], cached[4]
+        if (
+            cached is not None
+            and cached[0] == base[0]
+            and cached[1] == base[1]
+            and self._same_blobs(conn, thread_id, cached[5])
+        ):
+            return cached[2], cached[3], cached[4], cached[5]
         r = conn.execute(
             "SELECT rest, base, depth, chain, fields FROM checkpoints WHERE thread = ? AND cid = ?",
             (thread_id, base[0]),
         ).fetchone()
         try:
             with gc_paused():
-                parts = parts_of_json(orjson.dumps(self._rebuild(conn, thread_id, base[0], r[0], r[1], r[4])))
+                fields, blobs = self._rebuild_chain(conn, thread_id, base[0], r[0], r[1], r[4])
+                parts = parts_of_json(orjson.dumps(fields))
         except CheckpointCorrupt:
-            return None, 0, 0
-        return parts, int(r[2]), int(r[3])
+            return None, 0, 0, ()
+        return parts, int(r[2]), int(r[3]), blobs
+
+    def _same_blobs(self, conn: sqlite3.Connection, thread_id: str, blobs: Blobs) -> bool:
+        """Whether the rows of a cached base chain still hold the bytes the cache was built from (a
+        row damaged since is never patched against: the save is written whole instead)."""
+        if not blobs:
+            return True
+        marks = ",".join("?" * len(blobs))
+        stored = dict(
+            conn.execute(
+                f"SELECT cid, rest FROM checkpoints WHERE thread = ? AND cid IN ({marks})",
+                (thread_id, *(cid for cid, _ in blobs)),
+            ).fetchall()
+        )
+        return all(stored.get(cid) == blob for cid, blob in blobs)
 
     def _rebuild(
         self, conn: sqlite3.Connection, thread_id: str, cid: str, blob: bytes, base: str | None, want: bytes
     ) -> dict[str, Any]:
         """A row's whole fields: its snapshot, or its base's rebuilt and its patch applied; verified."""
+        return self._rebuild_chain(conn, thread_id, cid, blob, base, want)[0]
+
+    def _rebuild_chain(
+        self, conn: sqlite3.Connection, thread_id: str, cid: str, blob: bytes, base: str | None, want: bytes
+    ) -> tuple[dict[str, Any], Blobs]:
+        """:meth:`_rebuild`, and the (id, stored blob) of each row it read, snapshot first."""
         where = str(self.path)
         ctx: dict[str, Any] = {"thread_id": thread_id, "checkpoint_id": cid}
         blobs = [blob]
+        cids = [cid]
         while base is not None:
             if len(blobs) > MAX_DEPTH + 1:
                 raise CheckpointCorrupt("the row's fields patch a chain with no snapshot", path=where, **ctx)
@@ -337,6 +482,7 @@ class SQLiteHistory(HistoryStore):
             if r is None:
                 raise CheckpointCorrupt(f"the row's fields patch missing checkpoint {base}", path=where, **ctx)
             blobs.append(r[0])
+            cids.append(base)
             base = r[1]
         try:
             fields = decode(blobs[-1], None)
@@ -346,7 +492,7 @@ class SQLiteHistory(HistoryStore):
             raise CheckpointCorrupt(str(e), path=where, **ctx) from e
         if fields_hash(orjson.dumps(fields)) != want:
             raise CheckpointCorrupt("the row's state fields do not match their hash", path=where, **ctx)
-        return fields
+        return fields, tuple(zip(reversed(cids), reversed(blobs), strict=True))
 
     def _entry_rowid(self, conn: sqlite3.Connection, eid: bytes) -> int | None:
         r = conn.execute("SELECT rowid FROM entries WHERE id = ?", (eid,)).fetchone()
@@ -363,6 +509,7 @@ class SQLiteHistory(HistoryStore):
         ids = chain.ids
         head = self._entry_rowid(conn, ids[chain.n - 1])
         if head is not None:
+            self._check_stored(conn, chain, head, chain.n)
             return head
         lo, hi = 0, chain.n - 1  # entries [0, lo) stored; [hi, n) not
         parent: int | None = None
@@ -382,6 +529,7 @@ class SQLiteHistory(HistoryStore):
         if lo and parent is None:
             parent = self._entry_rowid(conn, ids[lo - 1])
         if parent is not None:
+            self._check_stored(conn, chain, parent, lo)
             conn.execute("UPDATE entries SET refs = refs + 1 WHERE rowid = ?", (parent,))
         for i in range(lo, chain.n):
             refs = 0 if i == chain.n - 1 else 1
@@ -390,6 +538,28 @@ class SQLiteHistory(HistoryStore):
             )
             parent = cur.lastrowid
         return parent
+
+    def _check_stored(self, conn: sqlite3.Connection, chain: MessageChain, top: int, upto: int) -> None:
+        """Check the stored entries ``[chain.known, upto)`` (``top``: the rowid of entry ``upto - 1``)
+        against the writer's messages before a save builds on them; a damaged entry (its id still
+        names the writer's bytes) is repaired with them, so a save never extends a damaged history.
+        Entries this instance wrote or loaded (``known``) are not read again."""
+        want = upto - chain.known
+        if want <= 0:
+            return
+        rows = conn.execute(_WALK_ROWS, (top, want)).fetchall()
+        for k, (rowid, eid, data) in enumerate(rows):
+            i = upto - 1 - k
+            if eid != chain.ids[i]:
+                raise CheckpointCorrupt(
+                    f"stored history differs from the saved state's at message {i} (a damaged parent link)",
+                    path=str(self.path),
+                )
+            mine = chain.data(i)
+            if data != mine:
+                conn.execute("UPDATE entries SET data = ? WHERE rowid = ?", (mine, rowid))
+        if len(rows) != want:
+            raise CheckpointCorrupt("stored history is shorter than its entry ids say", path=str(self.path))
 
     # -- drop ---------------------------------------------------------------------------------
     def _release(self, conn: sqlite3.Connection, rowid: int | None) -> None:
@@ -451,7 +621,7 @@ class SQLiteHistory(HistoryStore):
     def rewrite_sync(self, thread_id: str, plan: RewritePlanFn) -> int:
         with self._txn(write=True) as conn:
             rows = [
-                self._row(r)
+                self._row(r, strict=False)
                 for r in conn.execute(f"SELECT {_COLS} FROM checkpoints WHERE thread = ? {_ORDER}", (thread_id,))
             ]
             change = plan([r.info for r in rows])
@@ -462,13 +632,16 @@ class SQLiteHistory(HistoryStore):
 
     def _set_metadata(self, conn: sqlite3.Connection, thread_id: str, cid: str, meta: dict[str, Any]) -> None:
         r = conn.execute(
-            "SELECT c.seq, c.n, c.created_at, c.fields, e.id FROM checkpoints c"
+            "SELECT c.seq, c.n, c.created_at, c.fields, e.id, c.metadata, c.digest FROM checkpoints c"
             " LEFT JOIN entries e ON e.rowid = c.head WHERE c.thread = ? AND c.cid = ?",
             (thread_id, cid),
         ).fetchone()
         if r is None:
             return
-        seq, n, created, fields, head = r
+        seq, n, created, fields, head, old_meta, old_digest = r
+        with contextlib.suppress(CheckpointCorrupt, ValueError):
+            if row_digest(thread_id, cid, parse_datetime(created), old_meta, head, n, fields) != old_digest:
+                return  # a damaged or moved-in row is never re-signed (verify keeps reporting it)
         blob = orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS)
         digest = row_digest(thread_id, cid, parse_datetime(created), blob, head, n, fields)
         parent = meta.get(PARENT_KEY)
@@ -482,7 +655,8 @@ class SQLiteHistory(HistoryStore):
         with self._txn(write=True) as conn:
             rows = conn.execute(
                 "SELECT c.seq, c.cid, c.head, c.n, c.at_us, c.created_at, c.turn_end, c.metadata, c.rest, e.id,"
-                " c.base, c.depth, c.chain, c.fields FROM checkpoints c LEFT JOIN entries e ON e.rowid = c.head"
+                " c.base, c.depth, c.chain, c.fields, c.digest FROM checkpoints c"
+                " LEFT JOIN entries e ON e.rowid = c.head"
                 " WHERE c.thread = ? ORDER BY c.seq",
                 (source,),
             ).fetchall()
@@ -490,11 +664,16 @@ class SQLiteHistory(HistoryStore):
                 raise CheckpointNotFound("source thread has no checkpoints", thread_id=source)
             if conn.execute("SELECT 1 FROM checkpoints WHERE thread = ? LIMIT 1", (dest,)).fetchone():
                 raise CheckpointConflict("destination thread already has checkpoints; delete it first", thread_id=dest)
-            for _, cid, head, n, at_us, created, turn_end, meta, rest, head_id, base, depth, chain, fields in rows:
-                when = parse_datetime(created)
-                src_row = Row(source, cid, when, orjson.loads(meta), n)
+            for _, cid, head, n, at_us, created, turn_end, meta, rest, head_id, base, depth, chain, fields, old in rows:
+                try:
+                    src_row = self._row((None, source, cid, None, n, created, meta))
+                    intact = row_digest(source, cid, src_row.created_at, meta, head_id, n, fields) == old
+                except CheckpointCorrupt:
+                    src_row, intact = Row(source, cid, datetime.now(UTC), {}, n), False
                 new_meta = orjson.dumps(metadata(src_row), option=orjson.OPT_NON_STR_KEYS)
-                digest = row_digest(dest, cid, when, new_meta, head_id, n, fields)
+                # a damaged (or moved-in) row is copied as it is, its digest still failing: a copy
+                # never re-signs it into a valid one (the copy's loads and verify report it)
+                digest = row_digest(dest, cid, src_row.created_at, new_meta, head_id, n, fields) if intact else old
                 parent = orjson.loads(new_meta).get(PARENT_KEY)
                 conn.execute(
                     "INSERT INTO checkpoints(thread, cid, parent, head, n, at_us, created_at, turn_end, metadata,"
@@ -523,6 +702,10 @@ class SQLiteHistory(HistoryStore):
 
     # -- load ---------------------------------------------------------------------------------
     def load_sync(self, thread_id: str, checkpoint_id: str | None) -> StoredCheckpoint | None:
+        if not self.exists():
+            if checkpoint_id is not None:
+                raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
+            return None
         with self._txn(write=False) as conn:
             return self._load(conn, thread_id, checkpoint_id)
 
@@ -540,7 +723,8 @@ class SQLiteHistory(HistoryStore):
             if r is None:
                 raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
         head_rowid = r[3]
-        walk = conn.execute(_WALK, (head_rowid,)).fetchall() if head_rowid is not None else []
+        # bounded: a damaged parent link (a loop) must end in an error, not run forever
+        walk = conn.execute(_WALK, (head_rowid, int(r[4]) + 1)).fetchall() if head_rowid is not None else []
         head_id = walk[0][0] if walk else None
         return self._verified(conn, r, walk, head_id, head_rowid)
 
@@ -553,6 +737,8 @@ class SQLiteHistory(HistoryStore):
 
     def latest_turn_end_sync(self, thread_id: str) -> str | None:
         """The id of the thread's newest turn end (the checkpoint tulip is shown), if any."""
+        if not self.exists():
+            return None
         with self._txn(write=False) as conn:
             return self._latest_turn_end(conn, thread_id)
 
@@ -579,15 +765,16 @@ class SQLiteHistory(HistoryStore):
         head_id: bytes | None,
         head_rowid: int | None,
     ) -> StoredCheckpoint:
-        _, thread_id, cid, _, n, created, meta, rest_blob, digest, base, want = r
+        _, thread_id, cid, _, n, _, meta, rest_blob, digest, base, want, _, _ = r
         ctx: dict[str, Any] = {"thread_id": thread_id, "checkpoint_id": cid}
         where = str(self.path)
         if head_rowid is not None and not walk:
             raise CheckpointCorrupt("the checkpoint's head entry is missing", path=where, **ctx)
         verify_chain(head_id, walk, n, where=where, **ctx)
-        when = parse_datetime(created)
+        when = self._row(r).created_at
         if row_digest(thread_id, cid, when, meta, head_id, n, want) != digest:
             raise CheckpointCorrupt("checkpoint row does not match its content digest", path=where, **ctx)
+        self._check_derived(r)
         fields = self._rebuild(conn, thread_id, cid, rest_blob, base, want)
         walk.reverse()
         state = join_fields(fields, [d for _, d in walk], where=where, thread_id=thread_id)
@@ -626,6 +813,11 @@ class SQLiteHistory(HistoryStore):
                 " WHERE e.refs != want"
             ).fetchall()
             problems += [f"entry {rid}: refs {refs}, reached {want} times" for rid, refs, want in bad]
+            for r in conn.execute(f"SELECT {_COLS} FROM checkpoints ORDER BY thread, seq"):
+                try:
+                    self._check_derived(r)
+                except CheckpointCorrupt as e:
+                    problems.append(f"thread {r[1]!r} checkpoint {r[2]}: {e.message}")
             dangling = conn.execute(
                 "SELECT COUNT(*) FROM checkpoints k WHERE k.head IS NOT NULL"
                 " AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.rowid = k.head)"
