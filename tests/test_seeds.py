@@ -179,9 +179,9 @@ def test_seed_001_file_checkpointer(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     agent.run_sync("Triage alert A-42 and contain the affected host.", thread_id="case-4821")
     agent.run_sync("What host did we isolate, and on what evidence?", thread_id="case-4821")
     case = tmp_path / "threads" / "case-4821"
-    # The delta layout (the default): every checkpoint in the log, one grep-able tulip envelope
-    # (the latest turn end); layout="tulip" keeps the seed's "a JSON file per checkpoint".
-    assert len(list(case.glob("*.json"))) == 1 and (case / ".tulip_nb_log").exists()
+    # The history layout (the default): every checkpoint in the store's SQLite history, one grep-able
+    # tulip envelope (the latest turn end); layout="tulip" keeps the seed's "a JSON file per checkpoint".
+    assert len(list(case.glob("*.json"))) == 1 and (tmp_path / "threads" / ".tulip_nb" / "history.sqlite3").exists()
     assert len(agent.get_state_history_sync("case-4821")) == 2
     tulip_layout = Agent(
         model=support_model(), tools=[lookup_order], checkpointer=FileCheckpointer(base_dir="./tl", layout="tulip")

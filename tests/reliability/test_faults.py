@@ -158,7 +158,7 @@ def _inject(monkeypatch: Any, name: str, code: int) -> Iterator[None]:
 async def test_file_write_faults_keep_the_last_good_checkpoint(
     tmp_path: Path, monkeypatch: Any, call: str, code: int
 ) -> None:
-    cp = FileCheckpointer(tmp_path, layout="delta")  # the envelope/log writer of tulip_nb <= 0.25
+    cp = FileCheckpointer(tmp_path, layout="delta")  # the old engine: envelopes and logs
     good = await cp.save(_state(3), "t")
     with _inject(monkeypatch, call, code), pytest.raises(BackendUnavailable, match=errno.errorcode[code]) as err:
         await cp.save(_state(4), "t")

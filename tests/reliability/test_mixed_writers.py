@@ -29,6 +29,7 @@ import tulip_nb.memory.checkpointer as checkpointer_module
 from tulip_nb.agent import Agent, NullManager
 from tulip_nb.core import AgentState, Message
 from tulip_nb.core.errors import CheckpointConflict
+from tulip_nb.memory.backends._delta_file import DeltaFileCheckpointer
 from tulip_nb.memory.backends._file_foreign import ForeignWriteWarning
 from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.models import ScriptedModel, text
@@ -134,18 +135,18 @@ async def test_file_foreign_write_during_our_write_warns_and_next_save_raises(
     first = await ours.save(state_of("a"), THREAD)
     theirs = tulip_file.FileCheckpointer(base_dir=str(tmp_path))
     landed: list[str] = []
-    real_check = FileCheckpointer._check_name_free
+    real_check = DeltaFileCheckpointer._check_name_free
 
-    def inject(self: FileCheckpointer, path: Path, thread_id: str, cid: str) -> None:
+    def inject(self: DeltaFileCheckpointer, path: Path, thread_id: str, cid: str) -> None:
         if not landed:  # a worker thread of asyncio.to_thread: no loop is running here
             landed.append(asyncio.run(theirs.save(as_tulip(state_of("a", "tulip's racing turn")), THREAD)))
         real_check(self, path, thread_id, cid)
 
-    monkeypatch.setattr(FileCheckpointer, "_check_name_free", inject)
+    monkeypatch.setattr(DeltaFileCheckpointer, "_check_name_free", inject)
     with pytest.warns(ForeignWriteWarning, match="takes no lock") as caught:
         second = await ours.save(state_of("a", "b"), THREAD, expected_parent=first)
     assert landed and landed[0] in str(caught[0].message)
-    monkeypatch.setattr(FileCheckpointer, "_check_name_free", real_check)
+    monkeypatch.setattr(DeltaFileCheckpointer, "_check_name_free", real_check)
     assert await ours.latest_checkpoint_id(THREAD) == second  # the save stands (stamped after tulip's)
     with pytest.raises(CheckpointConflict, match="takes no lock") as err:
         await ours.save(state_of("a", "b", "c"), THREAD, expected_parent=second)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ def store(tmp_path: Path) -> Path:
 
     async def build() -> None:
         model = ScriptedModel([tool_call("lookup", order_id="o-1"), text("Delivered."), text("Yes, refund it.")])
-        agent = Agent(model, [lookup], checkpointer=FileCheckpointer(base))
+        agent = Agent(model, [lookup], checkpointer=FileCheckpointer(base, sign=True))
         await agent.run("Where is o-1?", thread_id="case-1")
         await agent.fork("case-1", new_thread_id="case-1-what-if")
         await agent.run("Refund it?", thread_id="case-1-what-if")
@@ -112,7 +113,7 @@ def test_verify(store: Path) -> None:
     # the fork's first checkpoint names a parent in another thread: only that is reported when
     # the source thread's checkpoint is gone, one line per problem
     files = sorted((p for p in store.rglob("*.json") if "what-if" in str(p.parent)), key=lambda p: p.stat().st_mtime)
-    newest = files[-1]  # the thread's tulip envelope (delta layout)
+    newest = files[-1]  # the thread's tulip envelope
     original = newest.read_text()
     newest.write_text(original[:-40])  # truncated
     r = cli("verify", str(store), "case-1-what-if")
@@ -120,12 +121,16 @@ def test_verify(store: Path) -> None:
     assert "tulip envelope" in r.stdout and "cannot be read" in r.stdout and "problem(s)" in r.stderr
     newest.write_text(original)
     assert cli("verify", str(store), "case-1-what-if").returncode == 0
-    log = store / "case-1-what-if" / ".tulip_nb_log"
-    data = bytearray(log.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # a flipped byte inside a record that is not the last
-    log.write_bytes(bytes(data))
+    with sqlite3.connect(store / ".tulip_nb" / "history.sqlite3") as conn:  # a flipped bit in a message
+        rowid, data = conn.execute(
+            "SELECT e.rowid, e.data FROM entries e JOIN checkpoints c ON c.head = e.rowid"
+            " WHERE c.thread = 'case-1-what-if' ORDER BY c.seq LIMIT 1"
+        ).fetchone()
+        conn.execute(
+            "UPDATE entries SET data = ? WHERE rowid = ?", (data[:-5] + bytes([data[-5] ^ 1]) + data[-4:], rowid)
+        )
     r = cli("verify", str(store), "case-1-what-if")
-    assert r.returncode == 1 and "problem(s)" in r.stderr and "the log has lost" in r.stdout
+    assert r.returncode == 1 and "problem(s)" in r.stderr and "no longer matches its entry id" in r.stdout
     r = cli("verify", str(store), "nope")
     assert r.returncode == 2
 
@@ -202,7 +207,7 @@ def test_prune(tmp_path: Path) -> None:
 
     async def build() -> None:
         script = [tool_call("lookup", order_id="o-1"), tool_call("lookup", order_id="o-2"), text("Both delivered.")]
-        cp = FileCheckpointer(base)
+        cp = FileCheckpointer(base, sign=True)
         agent = Agent(ScriptedModel(script * 2), [lookup], checkpointer=cp, checkpoint_every_n_iterations=1)
         await agent.run("Where are o-1 and o-2?", thread_id="t")
         await agent.run("And now?", thread_id="t")

@@ -72,7 +72,7 @@ async def _bob_thread(bob: httpx.AsyncClient) -> str:
 
 
 def _delta(cp: BaseCheckpointer) -> Any:
-    """``cp``, the file store's delta layout (tulip_nb <= 0.25), whose forks link into other logs."""
+    """``cp``, the file store's old delta layout, whose forks link into other logs."""
     assert getattr(cp, "layout", None) == "delta", cp
     return cp
 

@@ -300,7 +300,7 @@ def test_a_flipped_byte_in_the_database_file_is_reported_by_the_integrity_check(
 
 
 def test_the_delta_layout_is_verified_as_before_one_thread_or_all(tmp_path: Path) -> None:
-    asyncio.run(_build_async(tmp_path, ["a", "b"], layout="delta"))  # the file store of tulip_nb <= 0.25
+    asyncio.run(_build_async(tmp_path, ["a", "b"], layout="delta"))  # the old engine
     assert (tmp_path / "a" / ".tulip_nb_log").exists()
     code, out, err = cli("verify", str(tmp_path), layout="delta")
     assert code == 0 and out.splitlines()[0] == "ok: 4 checkpoint(s) of 2 thread(s)", out + err

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import pytest
 import pytest_asyncio
@@ -17,6 +17,8 @@ from tulip_nb.memory.checkpointer import BaseCheckpointer, Capabilities, Checkpo
 from tulip_nb.testing._states import ODD_THREAD_IDS, full_state
 
 __all__ = ["CAPABILITY_CALLS", "CheckpointerFactory", "CheckpointerSuite", "Opener", "dump", "store_view"]
+
+_T = TypeVar("_T")
 
 Opener = Callable[[], AbstractAsyncContextManager[BaseCheckpointer]]
 """Opens a new checkpointer instance on one store (as a fresh process would) and closes it after."""
@@ -76,6 +78,14 @@ class CheckpointerSuite:
     keeps_save_metadata: ClassVar[bool] = True
     """Save metadata (with ``parent_checkpoint_id``) and ``put_checkpoint``'s ``created_at`` are
     stored and listed back (needs ``list_checkpoint_infos`` / ``load_checkpoint`` overridden)."""
+    races: ClassVar[bool] = False
+    """Run the race cases (off by default): a fork racing a delete of its source, a copy racing a
+    delete and a prune of its source, two forkers and a delete, several clients' compare-and-swap
+    saves, each checking that every acknowledged write loads whole afterwards. They need delete,
+    compare-and-swap, save metadata and ``branching``. A suite parametrised over several backends
+    may set ``self.races`` per backend in its ``checkpointer_store`` fixture."""
+    race_rounds: ClassVar[int] = 4
+    """How many times each race runs (the start order varies between rounds)."""
 
     @pytest_asyncio.fixture
     async def checkpointer_store(self, tmp_path: Path) -> AsyncIterator[Opener]:
@@ -475,3 +485,174 @@ class CheckpointerSuite:
         assert await checkpointer.vacuum(older_than_days=30) == 2
         report = await verify_thread(checkpointer, "vac")
         assert report.ok and report.counts() == {"ok": 2}, str(report)
+
+    # -- races: every acknowledged write loads whole where threads share storage ----------------
+    def _skip_unless_races(self, cp: BaseCheckpointer) -> None:
+        self._skip_unless(self.races, "the race cases (races = True)")
+        needs = self.supports_delete and self.supports_compare_and_swap and self.keeps_save_metadata
+        assert needs and cp.capabilities.branching, "races = True needs delete, compare-and-swap, metadata, branching"
+
+    @staticmethod
+    async def _grow(
+        cp: BaseCheckpointer, thread_id: str, turns: int, *, finals: bool = False
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """A conversation that grows by a turn per save (with a turn end after each when ``finals``);
+        the (checkpoint id, state) of every save, oldest first."""
+        state = full_state(1, marker=thread_id)
+        saved: list[tuple[str, dict[str, Any]]] = []
+        for t in range(turns):
+            state = state.model_copy()
+            state.messages = [*state.messages, Message.user(f"{thread_id} turn {t}"), Message.assistant("x" * 300)]
+            state.metadata = {**state.metadata, "turn": t, "log": [*state.metadata.get("log", []), t]}
+            for source in ("iteration", "final") if finals else ("iteration",):
+                cid = await cp.save(state, thread_id, metadata={"source": source, "turn": t})
+                saved.append((cid, dump(state)))
+        return saved
+
+    @staticmethod
+    def _forked(source: AgentState, note: str) -> AgentState:
+        """A fork of ``source``: its messages (the same objects) and one of its own."""
+        state = source.model_copy()
+        state.messages = [*source.messages, Message.user(note)]
+        return state
+
+    async def _loads_whole(self, cp: BaseCheckpointer, thread_id: str, saved: dict[str, dict[str, Any]]) -> None:
+        for cid, want in saved.items():
+            got = await cp.load(thread_id, cid)
+            assert got is not None and dump(got) == want, f"{thread_id}/{cid} does not load as it was saved"
+
+    async def test_race_fork_against_a_delete_of_its_source(self, checkpointer_store: Opener) -> None:
+        for r in range(self.race_rounds):
+            src, fork = f"race/src-{r}", f"race/fork-{r}"
+            async with checkpointer_store() as a, checkpointer_store() as b:
+                self._skip_unless_races(a)
+                await self._grow(a, src, 4)
+                source = await a.load(src)
+                assert source is not None
+                forked = self._forked(source, f"fork {r}")
+                meta = {"source": "fork", "forked_from": src}
+                cid, deleted = await asyncio.gather(
+                    _after(_ORDERS[r % 4][0], b.save(forked, fork, metadata=meta)),
+                    _after(_ORDERS[r % 4][1], a.delete(src)),
+                )
+                assert deleted is True
+            async with checkpointer_store() as fresh:
+                assert await fresh.load(src) is None, f"round {r}: the deleted source is back"
+                assert await fresh.list_checkpoints(fork, None) == [cid]
+                await self._loads_whole(fresh, fork, {cid: dump(forked)})
+
+    async def test_race_copy_against_a_delete_of_its_source(self, checkpointer_store: Opener) -> None:
+        for r in range(self.race_rounds):
+            src, dst = f"race/src-{r}", f"race/dst-{r}"
+            async with checkpointer_store() as a, checkpointer_store() as b:
+                self._skip_unless_races(a)
+                saved = await self._grow(a, src, 4)
+                copied, deleted = await asyncio.gather(
+                    _after(_ORDERS[r % 4][0], a.copy_thread(src, dst)),
+                    _after(_ORDERS[r % 4][1], b.delete(src)),
+                    return_exceptions=True,
+                )
+                assert deleted is True, deleted
+                assert copied is True or isinstance(copied, CheckpointNotFound), repr(copied)
+            async with checkpointer_store() as fresh:
+                assert await fresh.load(src) is None
+                if copied is True:  # acknowledged: every checkpoint of the source, whole
+                    assert await fresh.list_checkpoints(dst, None) == [cid for cid, _ in reversed(saved)]
+                    await self._loads_whole(fresh, dst, dict(saved))
+                else:
+                    assert await fresh.load(dst) is None and await fresh.list_checkpoints(dst) == []
+
+    async def test_race_copy_against_a_prune_of_its_source(self, checkpointer_store: Opener) -> None:
+        turns = 5
+        for r in range(self.race_rounds):
+            src, dst = f"race/src-{r}", f"race/dst-{r}"
+            async with checkpointer_store() as a, checkpointer_store() as b:
+                self._skip_unless_races(a)
+                saved = dict(await self._grow(a, src, turns, finals=True))
+                copied, pruned = await asyncio.gather(
+                    _after(_ORDERS[r % 4][0], a.copy_thread(src, dst)), _after(_ORDERS[r % 4][1], b.prune(src))
+                )
+                assert copied is True and pruned == turns
+            async with checkpointer_store() as fresh:
+                kept = await fresh.list_checkpoints(src, None)
+                assert len(kept) == turns
+                await self._loads_whole(fresh, src, {cid: saved[cid] for cid in kept})
+                got = await fresh.list_checkpoints(dst, None)
+                assert got in (kept, list(saved)[::-1]), f"round {r}: the copy is neither before nor after the prune"
+                await self._loads_whole(fresh, dst, {cid: saved[cid] for cid in got})
+
+    async def test_race_two_forkers_and_a_delete(self, checkpointer_store: Opener) -> None:
+        for r in range(self.race_rounds):
+            src = f"race/src-{r}"
+            async with checkpointer_store() as a, checkpointer_store() as b, checkpointer_store() as c:
+                self._skip_unless_races(a)
+                await self._grow(a, src, 4)
+                source = await a.load(src)
+                assert source is not None
+                forks = {f"race/f{i}-{r}": self._forked(source, f"fork {i}") for i in (1, 2)}
+                d1, d2 = _ORDERS[r % 4]
+                meta = {"source": "fork", "forked_from": src}
+                results = await asyncio.gather(
+                    *(
+                        _after(d, cp.save(st, tid, metadata=meta))
+                        for d, cp, (tid, st) in zip((d1, d2), (b, c), forks.items(), strict=True)
+                    ),
+                    _after(d1 + d2, a.delete(src)),
+                )
+                assert results[-1] is True
+            async with checkpointer_store() as fresh:
+                assert await fresh.load(src) is None
+                for cid, (tid, state) in zip(results, forks.items(), strict=False):
+                    assert await fresh.list_checkpoints(tid, None) == [cid]
+                    await self._loads_whole(fresh, tid, {str(cid): dump(state)})
+
+    async def test_race_several_clients_compare_and_swap(self, checkpointer_store: Opener) -> None:
+        """Clients (instances) each read the latest and save after it with ``expected_parent``,
+        retrying on a conflict: every acknowledged save is there, whole, in one chain."""
+        from tulip_nb.memory.integrity import verify_thread
+
+        clients, each, tid = 4, 4, "race/cas"
+        async with checkpointer_store() as first:
+            self._skip_unless_races(first)
+            base = await first.save(full_state(1, marker="base"), tid, expected_parent="")
+        acked: dict[str, tuple[int, str, dict[str, Any]]] = {}  # cid -> (client, its parent, state)
+
+        async def client(k: int) -> None:
+            won = lost = 0
+            async with checkpointer_store() as cp:
+                while won < each:
+                    assert lost < 50 * clients * each, f"client {k} never wins"
+                    latest = await cp.latest_checkpoint_id(tid)
+                    state = await cp.load(tid, latest)
+                    assert latest is not None and state is not None
+                    await asyncio.sleep(0)  # the others read the same latest
+                    state.messages = [*state.messages, Message.user(f"client {k} save {won}")]
+                    try:
+                        cid = await cp.save(state, tid, metadata={"client": k}, expected_parent=latest)
+                    except CheckpointConflict:
+                        lost += 1
+                        continue
+                    acked[cid] = (k, latest, dump(state))
+                    won += 1
+
+        await asyncio.gather(*(client(k) for k in range(clients)))
+        async with checkpointer_store() as fresh:
+            infos = await fresh.list_checkpoint_infos(tid, None)
+            assert len(acked) == clients * each
+            assert {i.checkpoint_id for i in infos} == {base, *acked}
+            chain = [i.checkpoint_id for i in infos]
+            assert [i.parent_checkpoint_id for i in infos] == [*chain[1:], None]  # one chain, newest first
+            assert all(acked[i.checkpoint_id][1] == i.parent_checkpoint_id for i in infos[:-1])
+            await self._loads_whole(fresh, tid, {cid: state for cid, (_, _, state) in acked.items()})
+            report = await verify_thread(fresh, tid)
+            assert report.ok, str(report)
+
+
+_ORDERS = [(0, 1), (1, 0), (0, 0), (2, 0)]
+"""Per round, how many times each racer yields to the event loop before it starts."""
+
+
+async def _after(yields: int, op: Awaitable[_T]) -> _T:
+    for _ in range(yields):
+        await asyncio.sleep(0)
+    return await op

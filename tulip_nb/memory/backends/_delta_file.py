@@ -1,4 +1,4 @@
-"""The file store of tulip_nb <= 0.25 (``FileCheckpointer(layout="delta" | "tulip")``): kept to read
+"""The file store before the history model (``FileCheckpointer(layout="delta" | "tulip")``): kept to read
 and convert stores it wrote (``tulip-nb convert``), and as the ``layout="tulip"`` writer until the
 history layout projects every checkpoint. New stores use the history layout (:mod:`.file`).
 

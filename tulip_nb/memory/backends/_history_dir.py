@@ -98,8 +98,13 @@ class EnvelopeDir:
                 os.close(fd)
             obj = read_head(first)
             if obj is None or "metadata" not in obj:  # metadata after the state (tulip's order): read it all
-                ckpt = decode_envelope(read_nofollow(path), where=str(path))
-                return Head(ckpt.info, PROJECTION_KEY in ckpt.extra)
+                try:
+                    ckpt = decode_envelope(read_nofollow(path), where=str(path))
+                    return Head(ckpt.info, PROJECTION_KEY in ckpt.extra)
+                except CheckpointCorrupt:
+                    if obj is None:
+                        raise
+                    # its header reads: it is listed, and loading it says what is wrong
             return Head(info_from_head(obj, where=str(path)), PROJECTION_KEY in obj)
         except FileNotFoundError:
             return Head(None, False, "gone")

@@ -21,16 +21,24 @@ import asyncio
 import os
 import warnings
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId, UserError
 from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory._envelope import encode_envelope_parts
-from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first, prepare_save_after
+from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first
 from tulip_nb.memory.backends._file_delta import is_turn_end
 from tulip_nb.memory.backends._file_index import safe_name
+from tulip_nb.memory.backends._history_common import (
+    copied_metadata,
+    loaded,
+    newest,
+    older_than,
+    put_write,
+    rewrite_plan,
+    save_plan,
+)
 from tulip_nb.memory.backends._history_dir import EnvelopeDir, Head
 from tulip_nb.memory.backends._sqlite_history import DB_NAME, SQLiteHistory
 from tulip_nb.memory.checkpointer import (
@@ -42,18 +50,18 @@ from tulip_nb.memory.checkpointer import (
     validate_checkpoint_id,
     validate_thread_id,
 )
-from tulip_nb.memory.history import PROJECTION_KEY, ChainCache, Rewrite, Row, RowWrite, StoredCheckpoint, state_rest
-from tulip_nb.memory.retention import plan_prune, relink
+from tulip_nb.memory.history import PROJECTION_KEY, ChainCache, StoredCheckpoint, state_rest
+from tulip_nb.memory.retention import plan_prune
 
 __all__ = ["FileCheckpointer", "HistoryFileCheckpointer"]
 
 
 _LEGACY = (".tulip_nb_log", ".tulip_nb_forks")
-"""Names (prefixes) of the files the delta layout of tulip_nb <= 0.25 kept in a thread directory."""
+"""Names (prefixes) of the files the delta layout (before the history model) kept in a thread directory."""
 
 
 def legacy_files(directory: Path) -> list[str]:
-    """The delta layout's files in ``directory`` (a thread tulip_nb <= 0.25 wrote), sorted."""
+    """The delta layout's files in ``directory`` (a thread the delta layout wrote), sorted."""
     try:
         names = os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError):
@@ -65,19 +73,15 @@ def _name(checkpoint_id: str) -> str:
     return safe_name(checkpoint_id) + ".json"
 
 
-def _newest(a: CheckpointInfo | None, b: CheckpointInfo | None) -> CheckpointInfo | None:
-    if a is None or b is None:
-        return a or b
-    return max(a, b, key=lambda i: (i.created_at, i.checkpoint_id))
-
-
 class FileCheckpointer(InTreeCheckpointer):
     """Threads in ``base_dir``: history in SQLite, tulip's envelope per thread (module docstring).
 
-    ``layout="delta"`` or ``layout="tulip"`` builds the file store of tulip_nb <= 0.25 instead
+    ``layout="delta"`` or ``layout="tulip"`` builds the file store of the file store before the history model instead
     (:class:`~._delta_file.DeltaFileCheckpointer`), which reads and writes the stores it wrote;
     ``tulip-nb convert PATH`` moves them to this layout. ``sign=True`` hash-chains every save
     (:mod:`tulip_nb.memory.integrity`); each row's content digest is checked on load either way.
+    ``expected_parent=`` is compare-and-swap that protects tulip_nb writers only: tulip takes no
+    lock, so its envelopes are read as the thread's newest, not ordered against a save in flight.
 
     >>> import asyncio, tempfile
     >>> from tulip_nb.core import AgentState, Message
@@ -259,7 +263,7 @@ class FileCheckpointer(InTreeCheckpointer):
         found = legacy_files(directory)
         if found:
             raise UserError(
-                f"{directory} was written by the delta layout of tulip_nb <= 0.25 ({', '.join(found)}): "
+                f"{directory} was written by the delta layout, before the history model ({', '.join(found)}): "
                 f"run `tulip-nb convert {self.base_dir}` to move it to the history layout, or open it "
                 "with FileCheckpointer(base_dir, layout='delta')",
                 path=str(directory),
@@ -284,11 +288,18 @@ class FileCheckpointer(InTreeCheckpointer):
         chain = self._chains.chain(thread_id, state.messages)
         rest = state_rest(state)
 
-        def plan(latest: CheckpointInfo | None) -> RowWrite:
-            after = _newest(latest, tulip_latest)
-            p = prepare_save_after(after, thread_id, state, metadata, expected_parent, self._blobs, sign=self.sign)
-            return RowWrite(cid, p.created_at, p.metadata, rest, chain)
-
+        plan = save_plan(
+            thread_id,
+            cid,
+            state,
+            metadata,
+            expected_parent,
+            chain,
+            rest,
+            blobs=self._blobs,
+            sign=self.sign,
+            after=tulip_latest,
+        )
         _, write = self.store.save_sync(thread_id, plan)
         self._chains.stored(thread_id, chain)
         if is_turn_end(write.metadata):
@@ -297,10 +308,9 @@ class FileCheckpointer(InTreeCheckpointer):
 
     def _put_sync(self, ckpt: Checkpoint) -> None:
         directory = self.thread_dir(ckpt.thread_id)
-        chain = self._chains.chain(ckpt.thread_id, ckpt.state.messages)
-        write = RowWrite(ckpt.checkpoint_id, ckpt.created_at, dict(ckpt.metadata), state_rest(ckpt.state), chain)
+        write = put_write(ckpt, self._chains)
         self.store.save_sync(ckpt.thread_id, lambda _latest: write)
-        self._chains.stored(ckpt.thread_id, chain)
+        self._chains.stored(ckpt.thread_id, write.chain)
         self._project(ckpt.thread_id, directory)
 
     # -- load and list ------------------------------------------------------------------------
@@ -317,7 +327,7 @@ class FileCheckpointer(InTreeCheckpointer):
         ours = stored.checkpoint.info if stored is not None else None
         rows = {ours.checkpoint_id} if ours is not None else set()
         for info in newest_first(list(self._foreign(thread_id, directory, rows).values())):
-            if ours is not None and _newest(ours, info) is ours:
+            if ours is not None and newest(ours, info) is ours:
                 break
             try:
                 return self._load_envelope(thread_id, directory, info.checkpoint_id)
@@ -326,11 +336,7 @@ class FileCheckpointer(InTreeCheckpointer):
         return self._loaded(stored)
 
     def _loaded(self, stored: StoredCheckpoint | None) -> Checkpoint | None:
-        if stored is None:
-            return None
-        ckpt = stored.checkpoint
-        self._chains.remember(ckpt.thread_id, ckpt.state.messages, stored.ids)
-        return ckpt
+        return loaded(self._chains, stored)
 
     def _load_envelope(self, thread_id: str, directory: Path, checkpoint_id: str) -> Checkpoint:
         """A checkpoint tulip wrote (an envelope without the projection mark)."""
@@ -398,9 +404,7 @@ class FileCheckpointer(InTreeCheckpointer):
         self._refuse_legacy(src_dir)
         self._refuse_legacy(dst_dir)
 
-        def copied(row: Row) -> dict[str, Any]:
-            return {**row.metadata, "copied_from": {"thread_id": source, "checkpoint_id": row.checkpoint_id}}
-
+        copied = copied_metadata(source)
         rows = {r.checkpoint_id for r in self.store.rows_sync(source)}
         tulip = self._foreign(source, src_dir, rows)
         if self._foreign(dest, dst_dir):
@@ -423,30 +427,15 @@ class FileCheckpointer(InTreeCheckpointer):
         directory = self.thread_dir(thread_id)
         self._refuse_legacy(directory)
         foreign = self._foreign(thread_id, directory)
-        dropped_foreign: list[str] = []
-
-        def plan(rows: list[CheckpointInfo]) -> Rewrite:
-            ids = {i.checkpoint_id for i in rows}
-            tulip = [i for i in foreign.values() if i.checkpoint_id not in ids]
-            infos = newest_first(rows + tulip)
-            dropped = choose(infos)
-            dropped_foreign[:] = [_name(i.checkpoint_id) for i in tulip if i.checkpoint_id in dropped]
-            meta = {cid: m for cid, m in relink(infos, dropped).items() if cid in ids}
-            return Rewrite(meta, frozenset(dropped & ids))
-
+        plan, dropped = rewrite_plan(choose, list(foreign.values()))
         gone = self.store.rewrite_sync(thread_id, plan)
-        gone += self._dirs.unlink(directory, dropped_foreign)
+        gone += self._dirs.unlink(directory, [_name(i.checkpoint_id) for i in dropped])
         self._project(thread_id, directory, force=bool(gone))
         return gone
 
     def _vacuum_sync(self, older_than_days: float) -> int:
-        cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
-        removed = 0
-        for thread_id in sorted(self._all_infos_sync()):
-            removed += self._rewrite_sync(
-                thread_id, lambda infos: {i.checkpoint_id for i in infos if i.created_at < cutoff}
-            )
-        return removed
+        choose = older_than(older_than_days)
+        return sum(self._rewrite_sync(thread_id, choose) for thread_id in sorted(self._all_infos_sync()))
 
     # -- checks -------------------------------------------------------------------------------
     def check_mirror(self, thread_id: str) -> list[str]:

@@ -7,7 +7,12 @@ it: each thread's latest turn end as tulip's envelope ``<base_dir>/<safe(thread_
 (FORMATS.md; :mod:`._history_file`). ``safe`` keeps letters, digits, ``-`` and ``_`` and turns every
 other character into ``_`` (so ``user/42:chat #1`` lives in ``user_42_chat__1/``).
 
-Stores written by tulip_nb <= 0.25 (``layout="delta"``, ``layout="tulip"``) are read and written by
+**With tulip.** ``expected_parent=`` (``Agent(strict_concurrency=True)``) is compare-and-swap inside
+the save's SQLite transaction, so it protects tulip_nb writers only: tulip takes no lock and writes
+its envelopes straight into the thread directory, so its turns are read as the thread's newest
+(the next save chains after them), not ordered against a save in flight.
+
+Stores written before the history model (``layout="delta"``, ``layout="tulip"``) are read and written by
 ``FileCheckpointer(base_dir, layout="delta")`` (:mod:`._delta_file`) and moved to this layout by
 ``tulip-nb convert PATH``; this layout refuses a thread directory the old one wrote (it would show
 only its turn-end mirror) with an error naming that command.

@@ -2,9 +2,9 @@
 
 ``tulip-nb convert PATH [--to history|delta|tulip] [THREAD ...]``.
 
-**To the history layout** (:func:`convert_to_history`, the default target): a store written by
-tulip_nb <= 0.25 (``layout="delta"`` or ``"tulip"``, and tulip-agents' own envelopes) moves into
-the history layout (``FileCheckpointer(base_dir)``) on the same ``base_dir``, in two phases:
+**To the history layout** (:func:`convert_to_history`, the default target): a store the old
+engine wrote (``layout="delta"`` or ``"tulip"``, and tulip-agents' own envelopes) moves into the
+history layout (``FileCheckpointer(base_dir)``) on the same ``base_dir``, in two phases:
 
 1. *write and verify*, thread by thread: every checkpoint is read through the old engine
    (``FileCheckpointer(base, layout="delta")``, :class:`._delta_file.DeltaFileCheckpointer`,
@@ -185,7 +185,7 @@ def convert_between(
     base_dir: str | os.PathLike[str], layout: Layout, thread_ids: Sequence[str] | None = None
 ) -> list[Conversion]:
     """:func:`convert_thread` for each of ``thread_ids`` (default: every thread) of the store at
-    ``base_dir``, in the delta or tulip layout of tulip_nb <= 0.25.
+    ``base_dir``, in the old engine's delta or tulip layout.
 
     Raises :class:`~tulip_nb.core.errors.CheckpointNotFound` for a thread without checkpoints.
     """

