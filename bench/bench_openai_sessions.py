@@ -1,93 +1,126 @@
-"""The OpenAI Agents SDK's ``SQLiteSession`` as a peer for the conversation section.
+"""The OpenAI Agents SDK's ``SQLiteSession`` as a peer (conversation and forks sections).
 
 A session stores a conversation as *items* (the Responses API input format) and appends: a
 save is ``await session.add_items(new_items)`` with only the items the step added, a load is
 ``await session.get_items()`` (every item, as dicts). Each of our messages becomes the items an
 Agents SDK run would hold for it: a user/system/assistant text message, one ``function_call``
-per tool call, one ``function_call_output`` per tool result (converted once, untimed). The
-database is a file (SQLite's defaults: rollback journal, ``synchronous=FULL``).
+per tool call, one ``function_call_output`` per tool result (converted once, untimed).
 
-Nothing here is imported unless ``openai-agents`` is installed (``pip install 'tulip_nb[bench]'``);
-:func:`available` says whether it is.
+Configuration, as the SDK sets it (0.24): each connection switches the database to WAL
+(``PRAGMA journal_mode=WAL``) and keeps SQLite's default ``synchronous=FULL``, so every
+``add_items`` commit is one fdatasync of the WAL; :meth:`Session.pragmas` reads both back from
+the session's own connection. There is no fork or copy: :func:`copy_session` is what a user
+does instead (read every item, append them to a new session).
+
+This module imports neither tulip_nb nor the SDK at import time: it runs inside the peer worker
+(:mod:`bench.peers`, any Python with ``openai-agents``), on message JSON dicts.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from tulip_nb.core import Message
-
 
 def available() -> bool:
-    """Whether ``openai-agents`` (import name ``agents``) is importable."""
+    """Whether ``openai-agents`` (import name ``agents``) is importable here."""
     return importlib.util.find_spec("agents") is not None
 
 
-def to_items(message: Message) -> list[dict[str, Any]]:
-    """The session items an Agents SDK run would store for ``message``."""
-    if message.role == "tool":
-        return [{"type": "function_call_output", "call_id": message.tool_call_id or "", "output": message.content}]
+def to_items(message: Any) -> list[dict[str, Any]]:
+    """The session items an Agents SDK run would store for ``message`` (a Message or its JSON dict)."""
+    m = message if isinstance(message, dict) else json.loads(message.json_bytes())
+    if m["role"] == "tool":
+        return [{"type": "function_call_output", "call_id": m.get("tool_call_id") or "", "output": m["content"]}]
     items: list[dict[str, Any]] = []
-    if message.content or not message.tool_calls:
-        items.append({"role": message.role, "content": message.content or ""})
-    for call in message.tool_calls:
+    calls = m.get("tool_calls") or []
+    if m.get("content") or not calls:
+        items.append({"role": m["role"], "content": m.get("content") or ""})
+    for call in calls:
         items.append(
             {
                 "type": "function_call",
-                "call_id": call.id,
-                "name": call.name,
-                "arguments": orjson.dumps(call.arguments).decode(),
+                "call_id": call["id"],
+                "name": call["name"],
+                "arguments": json.dumps(call["arguments"], separators=(",", ":")),
             }
         )
     return items
 
 
-async def _run(path: Path, messages: list[Message], ends: list[int], load_reps: int) -> dict[str, Any]:
+def disk(directory: Path) -> int:
+    """Bytes of every file in ``directory`` (the database, and its WAL while open)."""
+    return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
+
+
+class Session:
+    """One ``SQLiteSession`` saving a conversation step by step (``add`` times one ``add_items``)."""
+
+    def __init__(self, path: Path, session_id: str = "conv") -> None:
+        from agents import SQLiteSession
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.session_id = session_id
+        self.session = SQLiteSession(session_id, path)
+
+    async def add(self, items: list[dict[str, Any]]) -> float:
+        t0 = time.perf_counter()
+        await self.session.add_items(items)
+        return time.perf_counter() - t0
+
+    def pragmas(self) -> dict[str, Any]:
+        """``journal_mode`` and ``synchronous`` of the session's own connection."""
+        conn = self.session._get_connection()
+        return {
+            "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
+            "synchronous": {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(
+                conn.execute("PRAGMA synchronous").fetchone()[0], "?"
+            ),
+        }
+
+    def close(self) -> None:
+        self.session.close()
+
+
+async def load(path: Path, session_id: str = "conv") -> tuple[float, int]:
+    """A fresh session's ``get_items()``: seconds, and how many items came back."""
     from agents import SQLiteSession
 
-    items = [to_items(m) for m in messages]
-    session = SQLiteSession("conv", path)
-    times: list[float] = []
-    prev = 0
+    fresh = SQLiteSession(session_id, path)
     try:
-        for end in ends:
-            new = [it for per in items[prev:end] for it in per]  # untimed: the step's new items
-            prev = end
-            t0 = time.perf_counter()
-            await session.add_items(new)
-            times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        got = await fresh.get_items()
+        return time.perf_counter() - t0, len(got)
     finally:
-        session.close()
-    loads = []
-    for _ in range(load_reps):
-        fresh = SQLiteSession("conv", path)
-        try:
-            t0 = time.perf_counter()
-            got = await fresh.get_items()
-            loads.append(time.perf_counter() - t0)
-        finally:
-            fresh.close()
-    assert len(got) == sum(len(per) for per in items)
-    loads.sort()
-    return {"times": times, "load_ms": loads[len(loads) // 2] * 1e3}
+        fresh.close()
 
 
-async def conversation(directory: Path, messages: list[Message], ends: list[int], load_reps: int) -> dict[str, Any]:
-    """``SQLiteSession`` appending the conversation after every iteration: per-save seconds, disk, load."""
-    _mkdir(directory)
-    got = await _run(directory / "sessions.db", messages, ends, load_reps)
-    got["disk"] = _disk(directory)
-    return got
+async def copy_session(path: Path, source: str, dest: str) -> tuple[float, int]:
+    """No fork or copy in the SDK: read every item of ``source``, append them to ``dest`` (timed)."""
+    from agents import SQLiteSession
+
+    src, dst = SQLiteSession(source, path), SQLiteSession(dest, path)
+    try:
+        t0 = time.perf_counter()
+        items = await src.get_items()
+        await dst.add_items(items)
+        return time.perf_counter() - t0, len(items)
+    finally:
+        src.close()
+        dst.close()
 
 
-def _mkdir(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
+def versions() -> dict[str, str]:
+    import importlib.metadata
+    import sqlite3
 
-
-def _disk(directory: Path) -> int:
-    return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
+    try:
+        sdk = importlib.metadata.version("openai-agents")
+    except importlib.metadata.PackageNotFoundError:
+        sdk = "absent"
+    return {"openai-agents": sdk, "sqlite": sqlite3.sqlite_version, "pid": str(os.getpid())}

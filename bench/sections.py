@@ -34,6 +34,7 @@ class Ctx:
     tmp: Path
     quick: bool
     reps: int | None = None
+    peers_python: str | None = None  # the Python the out-of-process peers run in (bench.peers)
 
     def n(self, full: int, quick: int) -> int:
         """Repetitions: ``--reps`` if given, else ``quick`` under ``--quick``, else ``full``."""

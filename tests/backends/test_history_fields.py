@@ -172,3 +172,17 @@ async def test_a_messy_thread_with_forks_loads_every_checkpoint_as_saved(tmp_pat
     assert checked > 60
     latest = await fresh.load("messy")
     assert latest is not None and len(latest.messages) == thread.n_messages
+
+
+async def test_an_entry_damaged_after_a_load_is_caught_by_the_same_instance(tmp_path: Path) -> None:
+    """Loads reuse the messages an instance verified (same id, bytes and parent): changed bytes are
+    hashed again and refused, never served from the cache."""
+    cp = Recording(tmp_path)
+    msgs = [Message.system("sys"), *(Message.user(f"q{i} " + "x" * 50) for i in range(5))]
+    cid = await cp.save(AgentState(messages=msgs), "t")
+    assert (await cp.load_checkpoint("t", cid)) is not None  # every entry verified and cached
+    with sqlite3.connect(tmp_path / DB_DIR / DB_NAME) as conn:
+        rowid, data = conn.execute("SELECT rowid, data FROM entries ORDER BY rowid LIMIT 1 OFFSET 2").fetchone()
+        conn.execute("UPDATE entries SET data = ? WHERE rowid = ?", (data.replace(b"q1", b"q9"), rowid))
+    with pytest.raises(CheckpointCorrupt, match="no longer matches its entry id"):
+        await cp.load_checkpoint("t", cid)

@@ -78,6 +78,7 @@ __all__ = [
     "fields_hash",
     "join_fields",
     "join_state",
+    "state_with",
     "row_digest",
     "state_rest",
     "verify_chain",
@@ -148,8 +149,8 @@ class ChainCache:
         """The chain of ``messages``, extending what this cache holds for ``thread_id``."""
         with self._lock:
             have = self._threads.get(thread_id)
-            if have is None:
-                have = _Chained([], [])
+            if have is None:  # a fork or a copy of a thread cached here shares its message objects
+                have = self._shared_prefix(messages)
             n = min(len(have.messages), len(messages))
             same = n if all(map(operator.is_, messages[:n], have.messages[:n])) else _first_difference(have, messages)
             if same < len(have.messages):
@@ -164,6 +165,18 @@ class ChainCache:
                 have.ids.append(parent)
             self._keep(thread_id, have)
             return MessageChain(have.ids, len(messages), have.messages, have.stored)
+
+    def _shared_prefix(self, messages: Sequence[Message]) -> _Chained:
+        """The longest prefix of ``messages`` (by identity) some cached thread holds, as a new chain."""
+        best = _Chained([], [])
+        if not messages:
+            return best
+        for other in self._threads.values():
+            if other.messages and other.messages[0] is messages[0]:
+                same = _first_difference(other, messages)
+                if same > len(best.messages):
+                    best = _Chained(other.messages[:same], other.ids[:same], min(other.stored, same))
+        return best
 
     def stored(self, thread_id: str, chain: MessageChain) -> None:
         """Record that ``chain`` is stored (after a commit, or a verified load)."""
@@ -261,6 +274,15 @@ def join_fields(
         except orjson.JSONDecodeError as e:
             raise CheckpointCorrupt(f"stored messages are not JSON: {e}", path=where, thread_id=thread_id) from e
         return state_from_obj({"messages": parsed, **fields}, where=where, thread_id=thread_id)
+
+
+def state_with(
+    fields: dict[str, Any], messages: list[Message], *, where: str, thread_id: str | None = None
+) -> AgentState:
+    """The state from its other fields (parsed, validated here) and its messages (objects, oldest first)."""
+    state = state_from_obj({"messages": [], **fields}, where=where, thread_id=thread_id)
+    state.messages = messages
+    return state
 
 
 def verify_chain(head: bytes | None, walk: Sequence[tuple[bytes, bytes]], n: int, *, where: str, **ctx: Any) -> None:

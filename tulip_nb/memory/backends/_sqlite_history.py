@@ -45,11 +45,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
+from pydantic import ValidationError
 
 from tulip_nb.core import iso_offset, parse_datetime
 from tulip_nb.core.errors import BackendUnavailable, CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
-from tulip_nb.core.fastload import gc_paused
+from tulip_nb.core.fastload import gc_paused, messages_from_json
 from tulip_nb.core.keys import PARENT_KEY
+from tulip_nb.core.messages import Message
 from tulip_nb.memory.backends._file_delta import is_turn_end
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 from tulip_nb.memory.history import (
@@ -60,10 +62,10 @@ from tulip_nb.memory.history import (
     RowWrite,
     SavePlanFn,
     StoredCheckpoint,
+    entry_id,
     fields_hash,
-    join_fields,
     row_digest,
-    verify_chain,
+    state_with,
 )
 from tulip_nb.memory.rest_delta import MAX_DEPTH, Parts, PatchError, decode, encode, pack, parts_of_json
 
@@ -116,6 +118,8 @@ _ERRNO = (
 Blobs = tuple[tuple[str, bytes], ...]
 """(checkpoint id, stored ``rest``) of the rows from a snapshot to a patch, snapshot first."""
 _CACHED_THREADS = 64
+_CACHED_MESSAGES = 16_384
+"""Verified entries an instance keeps as message objects (reused by the loads that share them)."""
 """Threads whose newest saved fields an instance keeps parsed (the base of their next patch)."""
 
 
@@ -150,6 +154,8 @@ class SQLiteHistory(HistoryStore):
         self._lock = threading.RLock()
         # thread -> (checkpoint id, fields hash, parts, depth, chain, stored chain) of its newest save
         self._fields: OrderedDict[str, tuple[str, bytes, Parts, int, int, Blobs]] = OrderedDict()
+        # entry id -> (stored bytes, parent id, message) of the entries this instance verified
+        self._messages: OrderedDict[bytes, tuple[bytes, bytes | None, Message]] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"SQLiteHistory({str(self.path)!r})"
@@ -770,16 +776,58 @@ class SQLiteHistory(HistoryStore):
         where = str(self.path)
         if head_rowid is not None and not walk:
             raise CheckpointCorrupt("the checkpoint's head entry is missing", path=where, **ctx)
-        verify_chain(head_id, walk, n, where=where, **ctx)
+        messages = self._verified_messages(head_id, walk, n, where, ctx)
         when = self._row(r).created_at
         if row_digest(thread_id, cid, when, meta, head_id, n, want) != digest:
             raise CheckpointCorrupt("checkpoint row does not match its content digest", path=where, **ctx)
         self._check_derived(r)
         fields = self._rebuild(conn, thread_id, cid, rest_blob, base, want)
         walk.reverse()
-        state = join_fields(fields, [d for _, d in walk], where=where, thread_id=thread_id)
+        state = state_with(fields, messages, where=where, thread_id=thread_id)
         metadata = orjson.loads(meta)
         return StoredCheckpoint(Checkpoint(cid, thread_id, when, state, metadata), [i for i, _ in walk])
+
+    def _verified_messages(
+        self, head: bytes | None, walk: list[tuple[bytes, bytes]], n: int, where: str, ctx: dict[str, Any]
+    ) -> list[Message]:
+        """The messages of an entry walk (head first), oldest first, each checked against its id.
+
+        An entry this instance verified before (same id, same stored bytes, same parent) is not
+        hashed or parsed again: its message object is reused (messages are immutable), so loading
+        the consecutive checkpoints of a thread (``verify_thread``, a replay) costs each message
+        once, not once per checkpoint; a stored byte that changed since is hashed and caught.
+        """
+        if len(walk) != n:
+            raise CheckpointCorrupt(f"history has {len(walk)} messages, the checkpoint says {n}", path=where, **ctx)
+        if n and walk[0][0] != head:
+            raise CheckpointCorrupt("history does not start at the checkpoint's head entry", path=where, **ctx)
+        cache = self._messages
+        out: list[Message | None] = [None] * n
+        fresh: list[int] = []
+        for k, (eid, data) in enumerate(walk):
+            parent = walk[k + 1][0] if k + 1 < n else None
+            hit = cache.get(eid)
+            if hit is not None and hit[0] == data and hit[1] == parent:
+                out[n - 1 - k] = hit[2]
+                continue
+            if entry_id(parent, data) != eid:
+                raise CheckpointCorrupt(
+                    f"message {n - 1 - k} no longer matches its entry id (stored bytes changed)", path=where, **ctx
+                )
+            fresh.append(k)
+        if fresh:
+            with gc_paused():
+                try:
+                    parsed = messages_from_json(orjson.loads(b"[" + b",".join(walk[k][1] for k in fresh) + b"]"))
+                except (orjson.JSONDecodeError, ValidationError) as e:
+                    raise CheckpointCorrupt(f"stored messages cannot be read: {e}", path=where, **ctx) from e
+            for k, message in zip(fresh, parsed, strict=True):
+                out[n - 1 - k] = message
+                parent = walk[k + 1][0] if k + 1 < n else None
+                cache[walk[k][0]] = (walk[k][1], parent, message)
+            while len(cache) > _CACHED_MESSAGES:
+                cache.popitem(last=False)
+        return [m for m in out if m is not None]
 
     # -- async primitives ---------------------------------------------------------------------
     async def save(self, thread_id: str, plan: SavePlanFn) -> Row:
