@@ -107,10 +107,13 @@ def show(base_dir: Path) -> None:
         print(f"  {info.checkpoint_id}  {info.created_at:%H:%M:%S}  {source:<9}  parent={info.parent_checkpoint_id}")
     directory = cp.thread_dir(THREAD)
     print(
-        f"\nOn disk under {base_dir}/ (the log holds every checkpoint; the .json is tulip's copy of the latest turn):"
+        f"\nOn disk under {base_dir}/ (the SQLite history holds every checkpoint; the .json is tulip's copy of"
+        " the latest turn):"
     )
-    for path in sorted(directory.iterdir()):
-        if path.name.endswith(".json") or path.name.startswith(".tulip_nb_log"):
+    store = base_dir.resolve() / ".tulip_nb"
+    history = [p for p in sorted(store.iterdir()) if p.name in ("history.sqlite3", "history.sqlite3-wal")]
+    for path in [*history, *sorted(directory.iterdir())]:
+        if path in history or path.name.endswith(".json"):
             print(f"  {path.relative_to(base_dir.resolve())}  {path.stat().st_size:>6} bytes")
 
 

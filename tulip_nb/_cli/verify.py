@@ -6,7 +6,7 @@ fork's first checkpoint, in the ``forked_from`` thread: when that parent is gone
 vacuumed with its source, a ``note:`` line says so and the hash chain decides), it is newer
 than its parent, and the listing is in ``created_at`` order (newest first). Files the backend
 skipped as unreadable (a warning) count as problems too, and so does a file store's tulip envelope
-that is missing, unreadable or not the log's latest turn end (the delta layout). Then the hash chain
+that is missing, unreadable or not the thread's latest turn end. Then the hash chain
 (:func:`tulip_nb.memory.integrity.verify_thread`): every signed checkpoint's content must match its
 ``tulip_nb_hash`` and chain to its parent's; unsigned checkpoints (written by tulip) are counted,
 not failed (``--strict`` fails an unsigned checkpoint that follows signed ones). The thread is
@@ -21,12 +21,13 @@ Without THREAD every thread of the store is verified, each problem line starting
     tulip-nb verify ./demo_threads
 
 A store's own checks run too, when it has them, each problem on a line of its own and none
-stopping the others. The history layout (``FileCheckpointer(..., layout="history")``) has
-``check_store()``: SQLite's ``integrity_check`` and the entries' reference counts, lines
+stopping the others. The file store (``FileCheckpointer``, the history layout) has
+``check_store()``: SQLite's ``integrity_check``, the entries' reference counts and every row's
+order and turn-end columns, lines
 ``store: ...`` (a read of the whole database, in both forms of the command); and
 ``check_mirror(thread_id)``: the projection tulip reads, the latest turn end's envelope, must be
-there and hold the history's state, save metadata and ``created_at`` (the delta layout's
-``check_mirror`` compares its envelope with the log). A thread's projection is checked before
+there and hold the history's state, save metadata and ``created_at`` (the old engine's
+``layout="delta"`` ``check_mirror`` compares its envelope with the log). A thread's projection is checked before
 anything else reads the thread, because opening a thread repairs a missing or stale projection:
 verify reports the damage it found, and after the repair a second run no longer sees it. A check
 or a listing that raises is a problem line too, not the end of the run.
