@@ -36,8 +36,11 @@ True
 
 from __future__ import annotations
 
+import functools
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -131,7 +134,7 @@ def _appended(was: bytes, value: bytes) -> bytes | None:
     return None
 
 
-def _same_order(old: dict[str, Any], new: dict[str, Any]) -> bool:
+def _same_order(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Whether a patch reproduces ``new``'s key order: kept keys in ``old``'s order, new ones last."""
     kept = [k for k in new if k in old]
     return kept == [k for k in old if k in new] and all(k in old for k in list(new)[: len(kept)])
@@ -142,15 +145,20 @@ _NEST = 3
 state, say); deeper ones are set whole."""
 
 
-def _object_parts(value: bytes) -> dict[str, bytes] | None:
-    """An object's JSON as key -> canonical value bytes (None: not an object)."""
+@functools.lru_cache(maxsize=64)
+def _object_parts(value: bytes) -> Mapping[str, bytes] | None:
+    """An object's JSON as key -> canonical value bytes (None: not an object).
+
+    Memoised by value: a save's new object is the next save's old one, so each object inside
+    ``metadata`` (a manager's state, say) is split once, not twice. The result is read-only.
+    """
     if value[:1] != b"{":
         return None
     obj = orjson.loads(value)
-    return {k: orjson.dumps(v) for k, v in obj.items()} if isinstance(obj, dict) else None
+    return MappingProxyType({k: orjson.dumps(v) for k, v in obj.items()}) if isinstance(obj, dict) else None
 
 
-def _level(old: dict[str, Any], new: dict[str, Any], depth: int) -> dict[str, Any] | None:
+def _level(old: Mapping[str, Any], new: Mapping[str, Any], depth: int) -> dict[str, Any] | None:
     """The patch of one object level (``depth`` 0: the fields, 1: metadata, 2+: objects in it)."""
     if not _same_order(old, new):
         return None
