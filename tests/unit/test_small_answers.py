@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,11 @@ class Counting(FileCheckpointer):
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         self.listings[thread_id] = self.listings.get(thread_id, 0) + 1
         return await super().list_checkpoint_infos(thread_id, limit)
+
+    async def load_checkpoints(self, thread_id: str, checkpoint_ids: Sequence[str]) -> list[Any]:
+        for cid in checkpoint_ids:
+            self.loads[thread_id, cid] = self.loads.get((thread_id, cid), 0) + 1
+        return await super().load_checkpoints(thread_id, checkpoint_ids)
 
 
 def test_verify_reads_each_checkpoint_once_as_verify_thread_does(tmp_path: Path) -> None:

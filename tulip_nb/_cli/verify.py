@@ -63,8 +63,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from tulip_nb._cli._common import with_checkpointer
+from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
 
 _HASH = re.compile(r"^[0-9a-f]{64}$")
@@ -172,6 +175,24 @@ class _EnvelopeChecks:
         self._check(checkpoint_id, ckpt, None)
         return ckpt
 
+    async def load_checkpoints(
+        self, thread_id: str, checkpoint_ids: Sequence[str]
+    ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
+        got: list[Checkpoint | CheckpointCorrupt | CheckpointNotFound] = await self._cp.load_checkpoints(
+            thread_id, checkpoint_ids
+        )
+        if thread_id == self._thread_id:
+            for cid, one in zip(checkpoint_ids, got, strict=True):
+                if cid in self._unseen:
+                    self._unseen.discard(cid)
+                    if isinstance(one, CheckpointNotFound):  # listed, but the load found nothing
+                        self._check(cid, None, None)
+                    elif isinstance(one, Exception):
+                        self._check(cid, None, one)
+                    else:
+                        self._check(cid, one, None)
+        return got
+
     async def check_unseen(self) -> None:
         """Load and check the listed checkpoints nothing loaded yet."""
         for info in self._infos:
@@ -180,8 +201,6 @@ class _EnvelopeChecks:
                     await self.load_checkpoint(self._thread_id, info.checkpoint_id)
 
     def _check(self, cid: str, ckpt: Checkpoint | None, error: Exception | None) -> None:
-        from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound
-
         out = self.problems.setdefault(cid, [])
         if isinstance(error, (CheckpointCorrupt, CheckpointNotFound)):
             out.append(f"{cid}: cannot be read: {error}")

@@ -59,13 +59,13 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-from tulip_nb.core.errors import CapabilityNotSupported, InvalidThreadId
+from tulip_nb.core.errors import CapabilityNotSupported, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId
 from tulip_nb.core.keys import (
     ALG_KEY,
     CREATED_AT_KEY,
@@ -418,6 +418,30 @@ class BaseCheckpointer(ABC):
             return None
         meta = await self.get_metadata(thread_id, cid) if self.capabilities.metadata_query else {}
         return Checkpoint(cid, thread_id, state.updated_at, state, meta or {})
+
+    async def load_checkpoints(
+        self, thread_id: str, checkpoint_ids: Sequence[str]
+    ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
+        """Several checkpoints of ``thread_id``, in the order asked; a missing or corrupt one is its error.
+
+        For reading a thread's checkpoints in order (``verify_thread``, a replay of every
+        checkpoint): a store that keeps the history once (the file store) reads each message once
+        for the whole batch instead of once per checkpoint. The default loads them one by one.
+        An outage (:class:`~tulip_nb.core.errors.BackendUnavailable`) raises, as a load does.
+        """
+        out: list[Checkpoint | CheckpointCorrupt | CheckpointNotFound] = []
+        for cid in checkpoint_ids:
+            try:
+                got = await self.load_checkpoint(thread_id, cid)
+            except (CheckpointCorrupt, CheckpointNotFound) as e:
+                out.append(e)
+                continue
+            out.append(
+                got
+                if got is not None
+                else CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=cid)
+            )
+        return out
 
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         """Checkpoint ids with created_at and save metadata, newest first."""

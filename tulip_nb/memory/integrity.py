@@ -103,7 +103,7 @@ parent a prune or vacuum removed carries a record of the cut (``tulip_nb_pruned`
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -268,6 +268,38 @@ async def _parent_of(
     return _Parent(None, True, gone=where)
 
 
+_BATCH = 64
+"""Checkpoints :func:`verify_thread` loads per :meth:`~BaseCheckpointer.load_checkpoints` call."""
+
+
+async def _loaded_in_order(
+    checkpointer: BaseCheckpointer, thread_id: str, infos: list[CheckpointInfo]
+) -> AsyncIterator[tuple[CheckpointInfo, Checkpoint | Exception]]:
+    """Each checkpoint of ``infos`` (oldest first) loaded, or the error loading it raised.
+
+    In batches (a store that keeps the history once reads each message once per batch); a batch
+    that fails whole (an outage, say) is loaded again one checkpoint at a time, so each gets its
+    own verdict and at most one batch of states is held at a time.
+    """
+    for start in range(0, len(infos), _BATCH):
+        batch = infos[start : start + _BATCH]
+        try:
+            got: list[Checkpoint | Exception] = list(
+                await checkpointer.load_checkpoints(thread_id, [i.checkpoint_id for i in batch])
+            )
+        except Exception:  # one at a time: each failure is its own checkpoint's verdict
+            got = []
+            for info in batch:
+                try:
+                    one = await checkpointer.load_checkpoint(thread_id, info.checkpoint_id)
+                except Exception as e:
+                    got.append(e)
+                    continue
+                got.append(one if one is not None else CheckpointNotFound("listed but missing", thread_id=thread_id))
+        for info, result in zip(batch, got, strict=True):
+            yield info, result
+
+
 async def verify_thread(
     checkpointer: BaseCheckpointer,
     thread_id: str,
@@ -301,16 +333,15 @@ async def verify_thread(
     metas: dict[str, Mapping[str, Any]] = {}
     stripped: dict[str, str] = {}  # unsigned checkpoints whose tulip_nb marks contradict their content
     digests = MessageBlobCache(capacity=1)  # consecutive checkpoints extend each other: hash the new messages only
-    for info in infos:
+    for info, got in [pair async for pair in _loaded_in_order(checkpointer, thread_id, infos)]:
         cid = info.checkpoint_id
-        try:
-            ckpt = await checkpointer.load_checkpoint(thread_id, cid)
-        except Exception as e:  # any failure to read is the verdict
-            content[cid] = CheckpointVerdict(cid, "unreadable", f"{type(e).__name__}: {e}", info.created_at)
-            continue
-        if ckpt is None:
+        if isinstance(got, CheckpointNotFound):
             content[cid] = CheckpointVerdict(cid, "unreadable", "listed but missing", info.created_at)
             continue
+        if isinstance(got, Exception):  # any failure to read is the verdict
+            content[cid] = CheckpointVerdict(cid, "unreadable", f"{type(got).__name__}: {got}", info.created_at)
+            continue
+        ckpt = got
         metas[cid] = ckpt.metadata or info.metadata
         sha = digests.digest(thread_id, ckpt.state.messages)
         content[cid] = _content_verdict(info, ckpt, metas[cid], sha)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -335,6 +335,25 @@ class FileCheckpointer(InTreeCheckpointer):
                 self._dirs.warn_bad(directory / _name(info.checkpoint_id), str(e))
         return self._loaded(stored)
 
+    def _load_many_sync(
+        self, thread_id: str, checkpoint_ids: list[str]
+    ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
+        directory = self.thread_dir(thread_id)
+        self._repair(thread_id, directory)
+        cids = [validate_checkpoint_id(c, thread_id) for c in checkpoint_ids]
+        out: list[Checkpoint | CheckpointCorrupt | CheckpointNotFound] = []
+        for cid, got in zip(cids, self.store.load_many_sync(thread_id, cids), strict=True):
+            if isinstance(got, StoredCheckpoint):
+                out.append(got.checkpoint)
+            elif isinstance(got, CheckpointNotFound):  # not a row: an envelope tulip wrote, or nothing
+                try:
+                    out.append(self._load_envelope(thread_id, directory, cid))
+                except (CheckpointNotFound, CheckpointCorrupt) as e:
+                    out.append(e)
+            else:
+                out.append(got)
+        return out
+
     def _loaded(self, stored: StoredCheckpoint | None) -> Checkpoint | None:
         return loaded(self._chains, stored)
 
@@ -495,6 +514,11 @@ class FileCheckpointer(InTreeCheckpointer):
 
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         return await self.store._run(self._infos_sync, thread_id, limit)
+
+    async def load_checkpoints(
+        self, thread_id: str, checkpoint_ids: Sequence[str]
+    ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
+        return await self.store._run(self._load_many_sync, thread_id, list(checkpoint_ids))
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
         ids = None if checkpoint_id is None else {validate_checkpoint_id(checkpoint_id, thread_id)}
