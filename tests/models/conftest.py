@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("openai", reason="the openai extra is not installed")
 pytest.importorskip("uvicorn", reason="the server extra is not installed")
 
-from tests.models.openai_server import Hostility, OpenAIServer  # noqa: E402
-from tulip_nb.models.openai import OpenAIModel  # noqa: E402
+from tests.models.openai_server import Hostility, OpenAIServer
+from tulip_nb.models.openai import OpenAIModel
 
 
 @pytest.fixture(scope="module")

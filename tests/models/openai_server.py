@@ -77,7 +77,11 @@ def _answer(body: dict[str, Any]) -> dict[str, Any]:
         fn = tools[0]["function"]
         required = fn.get("parameters", {}).get("required", [])
         args = dict.fromkeys(required, last.get("content") or "")
-        call = {"id": f"call_{tag}", "type": "function", "function": {"name": fn["name"], "arguments": json.dumps(args)}}
+        call = {
+            "id": f"call_{tag}",
+            "type": "function",
+            "function": {"name": fn["name"], "arguments": json.dumps(args)},
+        }
         return {"role": "assistant", "content": None, "tool_calls": [call]}
     if last["role"] == "tool":
         return {"role": "assistant", "content": f"[{body['model']} {tag}] from the tool: {str(last['content'])[:60]}"}
@@ -88,7 +92,11 @@ def _completion(body: dict[str, Any]) -> dict[str, Any]:
     message = _answer(body)
     prompt = _tokens(json.dumps(body["messages"]) + json.dumps(body.get("tools") or []))
     completion = _tokens(json.dumps(message))
-    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
     usage["prompt_tokens_details"] = {"cached_tokens": prompt // 2 if prompt >= 64 else 0}
     finish = "tool_calls" if message.get("tool_calls") else "stop"
     return {

@@ -129,7 +129,9 @@ def test_the_epoch_asks_for_another_sample(tmp_path: Path) -> None:
         cached(script, cache, epoch=-1)
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(spec=messy_specs(min_turns=4, max_turns=14, max_forks=1))
 def test_messy_answers_come_back_bit_for_bit(spec: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Every assistant message of a messy thread (tool calls, failed turns, tulip turns), served

@@ -91,7 +91,9 @@ def classify(e: BaseException) -> tuple[bool, float | None]:
 
 
 def run(call: Any, policy: RetryPolicy, stats: CallStats | None = None) -> Any:
-    return asyncio.run(call_with_retries(call, limit=ConcurrencyLimit(1), policy=policy, classify=classify, stats=stats))
+    return asyncio.run(
+        call_with_retries(call, limit=ConcurrencyLimit(1), policy=policy, classify=classify, stats=stats)
+    )
 
 
 def test_retries_then_success_and_the_counts() -> None:

@@ -9,11 +9,11 @@ crash, a kernel restart, or just again) finds the branches already saved: a fini
 as it is, nothing runs; an unfinished one (the process died mid-run, or the run failed) is
 deleted and run again from the fork, its model calls already made served by the response cache.
 
-**Columns.** ``tokens`` and ``cost`` come from the branch's saved token counters (its final
-state minus the fork point), so a reused row equals the row of the run that made it; ``cost``
-prices those tokens with the variant model's price (:func:`~tulip_nb.models.pricing.model_cost`;
-NA when unknown). ``cached`` is True when nothing was sent for the branch in this run (every
-model call a cache hit, or the branch reused).
+**Columns.** ``tokens`` and ``cost`` come from the branch's saved token counters (per turn: its
+final state's, minus the fork point's when it continued the fork point's turn), so a reused row
+equals the row of the run that made it; ``cost`` prices those tokens with the variant model's
+price (:func:`~tulip_nb.models.pricing.model_cost`; NA when unknown). ``cached`` is True when
+nothing was sent for the branch in this run (every model call a cache hit, or the branch reused).
 """
 
 from __future__ import annotations
@@ -139,12 +139,12 @@ def finished(state: AgentState, fork_length: int) -> bool:
 
 
 def state_usage(before: AgentState, after: AgentState) -> Usage:
-    """The tokens a branch used: its saved counters at the end minus at the fork point."""
-    prompt = after.prompt_tokens_used - before.prompt_tokens_used
-    completion = after.completion_tokens_used - before.completion_tokens_used
-    total = after.total_tokens_used - before.total_tokens_used
-    cached = after.cached_tokens_used - before.cached_tokens_used
-    return Usage(prompt, completion, total, cached)
+    """The tokens a branch used, from its saved per-turn counters: the end state's when the branch
+    ran a new turn (they start from 0 at a turn), else the end minus the fork point."""
+    new_turn = any(m.role == "user" for m in after.messages[len(before.messages) :])
+    fields = ("prompt_tokens_used", "completion_tokens_used", "total_tokens_used", "cached_tokens_used")
+    values = [getattr(after, f) - (0 if new_turn else getattr(before, f)) for f in fields]
+    return Usage(*values)
 
 
 def live_columns(model: Any, before: AgentState, after: AgentState, tally: Tally | None) -> dict[str, Any]:

@@ -433,6 +433,8 @@ async def asweep(
     frame["tokens"] = frame["tokens"].astype("Int64")
     frame["cost"] = frame["cost"].astype("Float64")
     frame["cached"] = frame["cached"].astype("boolean")
+    for col in ("thread_id", "final_answer", "error"):  # text or None, whatever pandas would infer
+        frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
     if spend.meter is not None:
         frame.attrs["budget"] = spend.attrs()
     return frame
