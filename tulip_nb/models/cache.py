@@ -256,9 +256,10 @@ class ModelCache:
         return [CacheEntry(*row) for row in rows]
 
     def prune(self, *, older_than: timedelta | None = None, model: str | None = None) -> int:
-        """Delete the entries older than ``older_than`` (default: the cache's ``expiry``) and/or
-        of ``model``; returns how many. With neither, there is nothing to choose by: UserError."""
-        older_than = older_than if older_than is not None else self.expiry
+        """Delete the entries older than ``older_than`` and/or of ``model``; returns how many.
+        With neither, the cache's ``expiry`` is the age; without one either, UserError."""
+        if older_than is None and model is None:
+            older_than = self.expiry
         if older_than is None and model is None:
             raise UserError("prune: say what to delete (older_than= or model=); clear() deletes everything")
         where: list[str] = []
