@@ -8,7 +8,10 @@ plus the completion it may produce (the request's ``max_tokens`` / ``max_complet
 set, else the largest completion seen so far). If what was spent, plus what calls in flight have
 reserved, plus this estimate would pass the limit, the call is refused with
 :class:`BudgetExceeded` and nothing is sent. When the call returns, its actual usage replaces the
-reservation. So a budget is never passed by more than one completion's misestimate.
+reservation, and the meter learns how the provider counts: later prompt estimates are scaled by
+the largest ratio seen of reported to locally counted prompt tokens. So a budget is passed only
+when a call uses more than its estimate (a longer completion than any before, a provider that
+counts a prompt higher than the ones before).
 
 >>> import asyncio
 >>> from tulip_nb.core import Message
@@ -28,6 +31,7 @@ refused: 20 spent
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,6 +102,7 @@ class BudgetMeter:
     _reserved_tokens: int = 0
     _reserved_cost: float = 0.0
     _largest_completion: int = 0
+    _prompt_ratio: float = 1.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def _passes(self, tokens: int, cost: float | None) -> bool:
@@ -117,6 +122,7 @@ class BudgetMeter:
         reservation to :meth:`settle`."""
         with self._lock:
             completion = max_completion if max_completion is not None else self._largest_completion
+            prompt_tokens = math.ceil(prompt_tokens * self._prompt_ratio)
             tokens = prompt_tokens + completion
             cost = cost_of(model, Usage(prompt_tokens, completion, tokens, requests=1), price)
             if self._passes(tokens, cost):
@@ -133,14 +139,18 @@ class BudgetMeter:
             self._reserved_cost += cost or 0.0
             return tokens, cost or 0.0
 
-    def settle(self, reservation: tuple[int, float], usage: Usage | None) -> None:
-        """Replace a reservation by what the call used (None: it failed, nothing was billed)."""
+    def settle(self, reservation: tuple[int, float], usage: Usage | None, counted_prompt: int = 0) -> None:
+        """Replace a reservation by what the call used (None: it failed, nothing was billed).
+        ``counted_prompt``: the prompt tokens counted locally for it, to learn how the provider
+        counts (the ratio scales later estimates up, never down)."""
         with self._lock:
             self._reserved_tokens -= reservation[0]
             self._reserved_cost -= reservation[1]
             if usage is not None and not usage.cached:
                 self.spent = self.spent + usage
                 self._largest_completion = max(self._largest_completion, usage.completion_tokens)
+                if counted_prompt > 0:
+                    self._prompt_ratio = max(self._prompt_ratio, usage.prompt_tokens / counted_prompt)
 
 
 def _max_completion(model: Any, kwargs: dict[str, Any]) -> int | None:
@@ -172,7 +182,7 @@ class MeteredModel:
             usage = response.usage
             return response
         finally:
-            self.meter.settle(reservation, usage)
+            self.meter.settle(reservation, usage, prompt)
 
     def __getattr__(self, name: str) -> Any:
         if "model" not in self.__dict__:
