@@ -10,9 +10,11 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 
 CELLS: list[tuple[str, str]] = [
-    ("md", """# 08 · Live models: a response cache, rate limits, cost, budgets, resumable sweeps
+    (
+        "md",
+        """# 08 · Live models: a response cache, rate limits, cost, budgets, resumable sweeps
 
-Notebooks 01–07 run on a scripted model. A real what-if experiment calls a paid, rate-limited
+Notebooks 01 to 07 run on a scripted model. A real what-if experiment calls a paid, rate-limited
 model: this notebook runs a **sweep** of system-prompt variants with `OpenAIModel` and shows what
 makes that practical in a notebook:
 
@@ -30,8 +32,11 @@ against OpenAI: the machine that built it had no internet. It was recorded by
 with the real `openai` client) under the model name `gpt-4o-mini`, so the answers are that test
 server's deterministic ones and the costs are gpt-4o-mini list prices of its token counts.
 **With `OPENAI_API_KEY` (and optionally `OPENAI_BASE_URL`) set, the same cells call the real
-endpoint** and add its answers to the cache file."""),
-    ("code", """# NBVAL_CHECK_OUTPUT
+endpoint** and add its answers to the cache file.""",
+    ),
+    (
+        "code",
+        """# NBVAL_CHECK_OUTPUT
 import os
 from pathlib import Path
 
@@ -60,12 +65,18 @@ else:  # offline: every request must be in the cache; a miss fails at once (noth
         "gpt-4o-mini", base_url=recorded_at, api_key="offline", cache=cache,
         max_concurrency=4, temperature=0, max_retries=0, deadline=5,
     )
-print("live" if LIVE else "offline:", len(cache), "recorded answers,", model.name, "limit", model.limit.limit)"""),
-    ("md", """## A recorded thread to branch from
+print("live" if LIVE else "offline:", len(cache), "recorded answers,", model.name, "limit", model.limit.limit)""",
+    ),
+    (
+        "md",
+        """## A recorded thread to branch from
 
 A short support conversation, written offline by the real `Agent` with a scripted model into a
-file store (as in notebook 03)."""),
-    ("code", """# NBVAL_CHECK_OUTPUT
+file store (as in notebook 03).""",
+    ),
+    (
+        "code",
+        """# NBVAL_CHECK_OUTPUT
 import re
 import tempfile
 
@@ -98,8 +109,11 @@ writer = Agent(ScriptedModel(recorded), [lookup_order], system_prompt="You are a
                checkpointer=checkpointer)
 writer.run_sync("Where is my order ord-4821?", thread_id="ticket-4821")
 thread = open_thread(checkpointer, "ticket-4821")
-print(len(thread.final_messages), "messages;", thread.final_messages[-1].content)"""),
-    ("md", """## A sweep with the live model
+print(len(thread.final_messages), "messages;", thread.final_messages[-1].content)""",
+    ),
+    (
+        "md",
+        """## A sweep with the live model
 
 Six system-prompt styles, each a branch from the end of the thread that answers a new question
 with the live model (a tool call, the tool, an answer: two model calls per branch). The sweep
@@ -107,30 +121,44 @@ runs branches concurrently; the model's limit keeps at most `max_concurrency` re
 whatever else in the process uses the same model. `tokens` and `cost` come from the branch's
 saved token counters priced at the model's rate; `cached` says nothing was sent for the branch
 in this run (offline every branch is `True`: the answers come from the file; live, the first run
-shows `False` and the counters below show the requests and the retries)."""),
-    ("code", """# NBVAL_CHECK_OUTPUT
+shows `False` and the counters below show the requests and the retries).""",
+    ),
+    (
+        "code",
+        """# NBVAL_CHECK_OUTPUT
 STYLES = ["plain", "terse", "formal", "friendly", "bullet points", "one sentence"]
 variants = {style: {"system_prompt": f"You are a support agent. Answer in a {style} style."} for style in STYLES}
 agent = Agent(model, [lookup_order], system_prompt="You are a support agent.", conversation_manager=NullManager())
 
 table = sweep(thread, at=-1, variants=variants, agent=agent, prompt="And my other order, ord-4822?")
 print(table[["variant", "final_answer", "tokens", "cost", "cached"]].to_string(index=False))
-print("requests sent:", model.stats.requests, "| retries:", model.stats.retries, "| cache hits:", model.stats.cache_hits)"""),
-    ("md", """## Run the cell again: free, and the same
+stats = model.stats
+print("requests sent:", stats.requests, "| retries:", stats.retries, "| cache hits:", stats.cache_hits)""",
+    ),
+    (
+        "md",
+        """## Run the cell again: free, and the same
 
 The branches are named from what decides them (thread, point, variant, prompt), so the second run
 finds them finished and reuses them; with `resume=False` it makes new branches, and every model
 call is then a cache hit. Either way nothing is sent and the answers are identical. After a crash
-or a kernel restart, the same cell finishes only the branches that are missing."""),
-    ("code", """# NBVAL_CHECK_OUTPUT
+or a kernel restart, the same cell finishes only the branches that are missing.""",
+    ),
+    (
+        "code",
+        """# NBVAL_CHECK_OUTPUT
 before = model.stats.requests
 again = sweep(thread, at=-1, variants=variants, agent=agent, prompt="And my other order, ord-4822?")
 fresh = sweep(thread, at=-1, variants=variants, agent=agent, prompt="And my other order, ord-4822?", resume=False)
 print("requests sent by the two re-runs:", model.stats.requests - before)
-print("reused branches:", list(again["thread_id"]) == list(table["thread_id"]), "| all cached:", bool(again["cached"].all()))
+reused = list(again["thread_id"]) == list(table["thread_id"])
+print("reused branches:", reused, "| all cached:", bool(again["cached"].all()))
 print("same answers:", list(again["final_answer"]) == list(table["final_answer"]) == list(fresh["final_answer"]))
-print("total cost of the sweep: $%.6f" % table["cost"].sum())"""),
-    ("md", """## Budgets
+print(f"total cost of the sweep: ${table['cost'].sum():.6f}")""",
+    ),
+    (
+        "md",
+        """## Budgets
 
 `budget=` takes `Budget(tokens=...)`, `Budget(cost=...)` (USD) or an int of tokens. Before each
 call that will really be sent (a cache hit is free), the sweep reserves an estimate (the prompt's
@@ -139,8 +167,11 @@ refused, the branches not started yet are rows that say so, and `table.attrs["bu
 far the sweep got. Run it again with a bigger budget and it finishes only what is missing.
 
 Shown here with the scripted model (its token counts are estimates), so the budget is really
-spent offline too:"""),
-    ("code", """# NBVAL_CHECK_OUTPUT
+spent offline too:""",
+    ),
+    (
+        "code",
+        """# NBVAL_CHECK_OUTPUT
 from tulip_nb.models import Budget
 
 offline = Agent(ScriptedModel(recorded), [lookup_order], system_prompt="You are a support agent.",
@@ -150,18 +181,25 @@ stopped = sweep(thread, budget=Budget(tokens=1500), **kw)
 print(stopped.attrs["budget"]["summary"])
 print(stopped[["variant", "tokens", "error"]].to_string(index=False, max_colwidth=70))
 rest = sweep(thread, **kw)  # no budget: the finished branches are reused, the rest run
-print("finished now:", int(rest["error"].isna().sum()), "of", len(rest), "| reused:", int(rest["cached"].sum()))"""),
-    ("md", """## The cache file
+print("finished now:", int(rest["error"].isna().sum()), "of", len(rest), "| reused:", int(rest["cached"].sum()))""",
+    ),
+    (
+        "md",
+        """## The cache file
 
 Entries are immutable and keyed by the exact request (model, base URL, messages, tools, generation
 parameters) and an epoch (`epoch=1` asks for a second, independent sample). Share it by copying
-the one file; list and trim it from a shell with `tulip-nb cache ls|prune|clear PATH`."""),
-    ("code", """# NBVAL_CHECK_OUTPUT
+the one file; list and trim it from a shell with `tulip-nb cache ls|prune|clear PATH`.""",
+    ),
+    (
+        "code",
+        """# NBVAL_CHECK_OUTPUT
 import pandas as pd
 
 entries = pd.DataFrame([e.__dict__ for e in cache.entries()])
 print(entries.groupby("model").agg(answers=("key", "count"), bytes=("size", "sum")).to_string())
-cache.close()  # folds the write-ahead log back into the one file"""),
+cache.close()  # folds the write-ahead log back into the one file""",
+    ),
 ]
 
 

@@ -39,7 +39,8 @@ def execute(env: dict[str, str]) -> nbformat.NotebookNode:
     os.environ.clear()
     os.environ.update(env)
     try:  # the kernel inherits this process's environment
-        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+        resources = {"metadata": {"path": str(NOTEBOOK.parent)}}
+        NotebookClient(nb, timeout=600, kernel_name="python3", resources=resources).execute()
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -60,7 +61,8 @@ def main() -> None:
             print(f"recorded against {server.url}: {server.requests} requests, {dict(server.statuses)}")
     nb = execute(base)
     nbformat.write(nb, NOTEBOOK)
-    print(f"executed offline from {CACHE.relative_to(ROOT)} ({CACHE.stat().st_size:,} B) -> {NOTEBOOK.relative_to(ROOT)}")
+    size = CACHE.stat().st_size
+    print(f"executed offline from {CACHE.relative_to(ROOT)} ({size:,} B) -> {NOTEBOOK.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
