@@ -73,6 +73,7 @@ def fingerprint(value: Any, depth: int = 0) -> Any:
             "name": getattr(value, "name", None),
             "params": fingerprint(getattr(value, "params", None), depth + 1),
             "epoch": getattr(value, "epoch", None),
+            "base_url": url if isinstance(url := getattr(value, "base_url", None), str) else None,
             "inner": fingerprint(inner, depth + 1),
         }
     if isinstance(value, Tool):
