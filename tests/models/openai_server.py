@@ -50,6 +50,8 @@ class Hostility:
     rate_429: float = 0.0
     storm: int = 0
     """The first ``storm`` requests are all 429."""
+    storm_500: int = 0
+    """The ``storm_500`` requests after those are all 500."""
     retry_after_ms: int = 20
     rate_500: float = 0.0
     rate_slow: float = 0.0
@@ -166,6 +168,8 @@ class OpenAIServer:
         c = self._counts
         if c.requests <= h.storm:
             return "429", 0.0
+        if c.requests <= h.storm + h.storm_500:
+            return "500", 0.0
         r = self._rng.random()
         if r < h.rate_429:
             return "429", 0.0

@@ -60,7 +60,7 @@ def same_but_cached(a: pd.DataFrame, b: pd.DataFrame) -> None:
 async def test_a_sweep_under_429s_then_a_free_identical_rerun(
     server: OpenAIServer, make_model: MakeModel, tmp_path: Path
 ) -> None:
-    server.reset(Hostility(rate_429=0.2, latency=0.01, seed=2))
+    server.reset(Hostility(storm=2, rate_429=0.2, latency=0.01, seed=2))
     cache = ModelCache(tmp_path / "c.sqlite")
     model = make_model(cache=cache, max_concurrency=3, price=PRICE, temperature=0)
     thread = await recorded_thread(MemoryCheckpointer())

@@ -136,6 +136,8 @@ class OpenAIModel:
         max_retries, deadline, timeout: retries after the first attempt, seconds for a whole
             call, seconds for one attempt (see :class:`~tulip_nb.models.limits.RetryPolicy`).
         price: USD per 1M tokens for this adapter (default: :func:`~tulip_nb.models.pricing.price_for`).
+        retry: a whole :class:`~tulip_nb.models.limits.RetryPolicy` (backoff, caps), instead of
+            ``max_retries`` and ``deadline``.
     """
 
     def __init__(
@@ -152,6 +154,7 @@ class OpenAIModel:
         deadline: float | None = 600.0,
         timeout: float | None = 60.0,
         price: Price | None = None,
+        retry: RetryPolicy | None = None,
         **params: Any,
     ) -> None:
         self.model = model.split(":", 1)[1] if model.startswith("openai:") else model
@@ -161,7 +164,7 @@ class OpenAIModel:
         self.epoch = epoch
         self.price = price
         self.timeout = timeout
-        self.retry = RetryPolicy(max_retries=max_retries, deadline=deadline)
+        self.retry = retry if retry is not None else RetryPolicy(max_retries=max_retries, deadline=deadline)
         self.stats = CallStats()
         self._client = client
         self._own_client = client is None
