@@ -9,7 +9,7 @@ limit for everyone from the next request on.
 
 **Retries.** :func:`call_with_retries` runs a call under the limit; when it fails with something
 worth retrying (429, 5xx, a timeout, a dropped connection: the caller's ``classify`` says) it
-releases its slot, waits, and tries again: the server's ``Retry-After`` when it gives one, else
+releases its slot, waits, and tries again: the server's ``Retry-After`` (plus up to 10 %) when it gives one, else
 exponential backoff with full jitter (``uniform(0, min(max_delay, base_delay * 2**attempt))``),
 until ``max_retries`` retries or the call's ``deadline`` (seconds, all attempts and waits
 together) would be passed; then the last error is raised, as a :class:`RetriesExhausted` carrying
@@ -201,9 +201,10 @@ class RetryPolicy:
             raise ValueError(f"deadline must be a number of seconds > 0 or None, got {self.deadline!r}")
 
     def backoff(self, attempt: int, retry_after: float | None) -> float:
-        """Seconds to wait before retry number ``attempt`` (0-based)."""
+        """Seconds to wait before retry number ``attempt`` (0-based): at least ``retry_after``
+        (plus up to 10 %, so clients told the same time do not all come back at once)."""
         if retry_after is not None:
-            return retry_after
+            return retry_after * (1 + 0.1 * self.rng.random())
         return self.rng.uniform(0, min(self.max_delay, self.base_delay * 2**attempt))
 
 
