@@ -291,6 +291,11 @@ class ModelCache:
                 self._db.close()
                 self._db = None
 
+    def __del__(self) -> None:  # an instance dropped unclosed: close quietly (no checkpoint)
+        db = self.__dict__.get("_db")
+        if db is not None:
+            db.close()
+
     def __getstate__(self) -> dict[str, Any]:  # travels to workers as its path; each opens the file
         state = dict(self.__dict__)
         state.update(_db=None, _lock=None, hits=0, misses=0)
