@@ -389,3 +389,10 @@ def section_corpus(ctx: Ctx) -> list[str]:
 
     big = 200 if ctx.quick else 1_000
     return bench_corpus.table(bench_corpus.measure(big, big // 4, dask=not ctx.quick))
+
+
+def section_live(ctx: Ctx) -> list[str]:
+    """A 50-branch live sweep against a local server with 20 % 429s (issue 29)."""
+    from bench import bench_live
+
+    return bench_live.section_live(ctx)

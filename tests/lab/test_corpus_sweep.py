@@ -244,7 +244,7 @@ def test_max_concurrency_bounds_the_branches_running(corpus: Corpus) -> None:
     variants = {"a": {"model": ScriptedModel(counting_model)}, "b": {"model": ScriptedModel(counting_model)}}
     for bound in (1, 2):
         IN_FLIGHT["most"] = 0
-        df = sweep_corpus(corpus, variants, agent=sweep_agent(), max_concurrency=bound)
+        df = sweep_corpus(corpus, variants, agent=sweep_agent(), max_concurrency=bound, resume=False)
         assert df["error"].isna().all() and len(df) == 6
         assert IN_FLIGHT["most"] == bound
 
@@ -283,7 +283,7 @@ def test_process_pool_gives_the_in_process_results(store: str) -> None:
     local = sweep_corpus(corpus, variants, agent=sweep_agent(), progress=False)
     ctx = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(2, mp_context=ctx) as pool:
-        remote = sweep_corpus(corpus, variants, agent=sweep_agent(), executor=pool, progress=False)
+        remote = sweep_corpus(corpus, variants, agent=sweep_agent(), executor=pool, progress=False, resume=False)
     assert remote["error"].isna().all(), remote["error"].tolist()
     assert_same_outcomes(remote, local)
     assert set(remote["branch_thread_id"]).isdisjoint(local["branch_thread_id"])
@@ -303,7 +303,7 @@ def test_dask_cluster_gives_the_in_process_results(store: str, dask_client: Any)
     variants = {"same": {}, "different": {"model": ScriptedModel(different_model)}}
     corpus = open_corpus(store, "t-*")
     local = sweep_corpus(corpus, variants, agent=sweep_agent(), progress=False)
-    remote = sweep_corpus(corpus, variants, agent=sweep_agent(), executor=dask_client, progress=False)
+    remote = sweep_corpus(corpus, variants, agent=sweep_agent(), executor=dask_client, progress=False, resume=False)
     assert_same_outcomes(remote, local)
 
 

@@ -43,9 +43,11 @@ from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
 from tulip_nb.core.turns import TURNS_KEY, split_turns, turn_log, turn_log_for_prefix, turn_starts
 from tulip_nb.lab._common import FORK_INDEX_KEY, Edit, apply_edit, short
+from tulip_nb.lab._live import SweepBudget, Tally, branch_id, executions_after, finished, live_columns, saved_branch
 from tulip_nb.lab.thread import Thread, ThreadLike, aas_thread, aopen_thread
 from tulip_nb.memory.conversation.events import EVENTS_KEY, STATE_KEY
 from tulip_nb.memory.conversation.plan import fingerprint
+from tulip_nb.models.budget import Budget
 from tulip_nb.tools import Tool
 
 if TYPE_CHECKING:
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
 
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["afork", "asweep", "branch_state", "fork", "save_branch", "sweep", "turn_executions"]
+__all__ = ["SWEEP_COLUMNS", "afork", "asweep", "branch_state", "fork", "save_branch", "sweep", "turn_executions"]
 
 VARIANT_KEYS = frozenset({"model", "system_prompt", "edit", "conversation_manager", "tool_override"})
 
@@ -257,7 +259,7 @@ async def afork(
 fork = sync_twin(afork)
 
 
-def _variant_agent(base: Agent | None, spec: Mapping[str, Any], name: str, cp: Any) -> Agent:
+def _variant_agent(base: Agent | None, spec: Mapping[str, Any], name: str, cp: Any, hooks: Sequence[Any] = ()) -> Agent:
     unknown = set(spec) - VARIANT_KEYS
     if unknown:
         raise UserError(f"variant {name!r}: unknown keys {sorted(unknown)}; allowed: {sorted(VARIANT_KEYS)}")
@@ -277,6 +279,7 @@ def _variant_agent(base: Agent | None, spec: Mapping[str, Any], name: str, cp: A
         checkpointer=cp,
         conversation_manager=manager,
         max_iterations=base.max_iterations if base is not None else 20,
+        hooks=hooks,
     )
 
 
@@ -299,6 +302,51 @@ def _named_variants(variants: Variants) -> dict[str, Mapping[str, Any]]:
     return out
 
 
+SWEEP_COLUMNS = [
+    "variant", "thread_id", "final_answer", "iterations", "tool_trajectory", "tokens", "cost", "cached",
+    "compactions", "error",
+]  # fmt: skip
+
+
+def _sweep_messages(state: AgentState, index: int, spec: Mapping[str, Any], where: str) -> tuple[list[Message], int]:
+    """A variant's branch history (its edit and system prompt applied) and the messages it inserted."""
+    msgs, _ = apply_edit(state.messages[: index + 1], spec.get("edit"), index, where)
+    if spec.get("system_prompt") is None:
+        return msgs, 0
+    system = Message.system(spec["system_prompt"])
+    if msgs and msgs[0].role == "system":
+        return [system, *msgs[1:]], 0
+    return [system, *msgs], 1
+
+
+async def _run_variant(
+    thread: Thread,
+    a: Agent,
+    branch: AgentState,
+    tid: str | None,
+    *,
+    parent: str,
+    index: int,
+    name: str,
+    prompt: str | None,
+    row: dict[str, Any],
+) -> AgentState:
+    """Fork (or find) the branch ``tid`` and run it; returns its final state. ``row`` gets its id."""
+    cp = thread.checkpointer
+    saved = await saved_branch(cp, tid) if tid is not None else None
+    if saved is not None and finished(saved, len(branch.messages)):
+        row["thread_id"] = tid
+        return saved
+    if saved is not None and tid is not None:  # unfinished (a crash, a failure): run it again
+        await cp.delete(tid)
+    tid = await save_branch(
+        thread, branch, parent, new_thread_id=tid, index=index, source="sweep", extra={"variant": name}
+    )
+    row["thread_id"] = tid
+    result = await (a.run(prompt, thread_id=tid) if prompt is not None else a.resume(thread_id=tid))
+    return result.state
+
+
 async def asweep(
     thread: ThreadLike,
     at: str | int,
@@ -308,6 +356,8 @@ async def asweep(
     prompt: str | None = None,
     agent: Agent | None = None,
     concurrency: int = 4,
+    budget: Budget | int | None = None,
+    resume: bool = True,
 ) -> pd.DataFrame:
     """Run one branch per variant from the same point; a DataFrame row per variant.
 
@@ -315,9 +365,19 @@ async def asweep(
     all optional; the rest comes from ``agent``) is forked at ``at`` into its own thread, then runs
     ``prompt`` as a new turn (or, without a prompt, continues the unfinished turn at that point).
     ``variants``: ``{name: spec}``, or a list of specs, named ``"0: model='openai:gpt-4o'"`` etc.
-    Columns: variant, thread_id, final_answer, iterations, tool_trajectory, tokens, compactions,
-    error (a failed variant is reported, not raised). At most ``concurrency`` run at once.
-    ``thread``: a :class:`Thread`, or a thread id with ``checkpointer=`` (a checkpointer or its URL).
+    Columns (:data:`SWEEP_COLUMNS`): variant, thread_id, final_answer, iterations, tool_trajectory,
+    tokens, cost (USD; NA when the model's price is unknown), cached (nothing was sent this run),
+    compactions, error (a failed variant is reported, not raised). At most ``concurrency`` run at
+    once. ``thread``: a :class:`Thread`, or a thread id with ``checkpointer=`` (a checkpointer or
+    its URL).
+
+    ``resume=True`` (default) names each branch from what decides it, so running the same sweep
+    again reuses the branches already finished and re-runs only the missing or unfinished ones
+    (their model calls already made come from the response cache); ``resume=False`` makes fresh
+    branches. ``budget=``: a :class:`~tulip_nb.models.Budget` (tokens and/or USD) or an int
+    (tokens): a live call that would pass it is refused, its branch is a row with the error, the
+    branches not started yet are rows saying so, and ``frame.attrs["budget"]`` says how far the
+    sweep got (module :mod:`tulip_nb.lab._live`).
     """
     pd = require("pandas")
 
@@ -325,54 +385,59 @@ async def asweep(
         raise UserError(f"concurrency must be at least 1, got {concurrency}")
     thread = await aas_thread(thread, checkpointer, what="sweep")
     variants = _named_variants(variants)
-    agents = {name: _variant_agent(agent, spec, name, thread.checkpointer) for name, spec in variants.items()}
+    spend = SweepBudget(budget)
+    tallies = {name: Tally() for name in variants}
+    agents = {
+        name: spend.hold(_variant_agent(agent, spec, name, thread.checkpointer, [tallies[name]]))
+        for name, spec in variants.items()
+    }
     state, index, parent = await _point(thread, at)
     gate = asyncio.Semaphore(concurrency)
+    spend.total = len(variants)
 
     async def one(name: str) -> dict[str, Any]:
         spec = variants[name]
-        msgs, _ = apply_edit(state.messages[: index + 1], spec.get("edit"), index, f"thread {thread.thread_id!r}")
-        shift = 0
-        if "system_prompt" in spec and spec["system_prompt"] is not None:
-            system = Message.system(spec["system_prompt"])
-            if msgs and msgs[0].role == "system":
-                msgs = [system, *msgs[1:]]
-            else:
-                msgs, shift = [system, *msgs], 1
+        msgs, shift = _sweep_messages(state, index, spec, f"thread {thread.thread_id!r}")
         branch = branch_state(state, msgs, shift=shift)
-        row: dict[str, Any] = {
-            "variant": name,
-            "thread_id": None,
-            "final_answer": None,
-            "iterations": 0,
-            "tool_trajectory": [],
-            "tokens": 0,
-            "compactions": 0,
-            "error": None,
-        }
+        row: dict[str, Any] = dict.fromkeys(SWEEP_COLUMNS)
+        row.update(variant=name, iterations=0, tool_trajectory=[], compactions=0)
+        tid = branch_id(thread.thread_id, parent, index, name, spec, agent, prompt) if resume else None
         async with gate:
+            if spend.stopped:
+                row["error"] = spend.not_run()
+                return row
             try:
-                tid = await save_branch(
-                    thread, branch, parent, new_thread_id=None, index=index, source="sweep", extra={"variant": name}
-                )
-                row["thread_id"] = tid
-                before = len(branch.metadata.get(EVENTS_KEY) or [])
                 a = agents[name]
-                result = await (a.run(prompt, thread_id=tid) if prompt is not None else a.resume(thread_id=tid))
-                row.update(
-                    final_answer=result.text,
-                    iterations=result.iterations,
-                    tool_trajectory=[ex.tool_name for ex in result.tool_calls],
-                    tokens=result.usage.total_tokens,
-                    compactions=len(result.state.metadata.get(EVENTS_KEY) or []) - before,
+                final = await _run_variant(
+                    thread, a, branch, tid, parent=parent, index=index, name=name, prompt=prompt, row=row
                 )
+                reused = tallies[name].calls == 0
+                before = len(branch.metadata.get(EVENTS_KEY) or [])
+                last = final.messages[-1] if len(final.messages) > len(msgs) else None
+                row.update(
+                    final_answer=last.content
+                    if last is not None and last.role == "assistant" and not last.tool_calls
+                    else None,
+                    iterations=final.iteration,
+                    tool_trajectory=executions_after(branch, final),
+                    compactions=len(final.metadata.get(EVENTS_KEY) or []) - before,
+                    **live_columns(a.model, branch, final, None if reused else tallies[name]),
+                )
+                spend.done += 1
             except Exception as e:  # one failed variant must not sink the sweep
                 row["error"] = f"{type(e).__name__}: {e}"
         return row
 
     rows = await asyncio.gather(*(one(n) for n in variants))
-    cols = ["variant", "thread_id", "final_answer", "iterations", "tool_trajectory", "tokens", "compactions", "error"]
-    return pd.DataFrame(rows, columns=cols)
+    frame = pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+    frame["tokens"] = frame["tokens"].astype("Int64")
+    frame["cost"] = frame["cost"].astype("Float64")
+    frame["cached"] = frame["cached"].astype("boolean")
+    for col in ("thread_id", "final_answer", "error"):  # text or None, whatever pandas would infer
+        frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
+    if spend.meter is not None:
+        frame.attrs["budget"] = spend.attrs()
+    return frame
 
 
 sweep = sync_twin(asweep)

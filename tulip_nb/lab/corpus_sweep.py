@@ -21,7 +21,8 @@ overrides (``tool_override``) always runs, since that override is the what-if::
 
 One row per (thread, variant), in the corpus's order, columns :data:`COLUMNS`: the branch's final
 answer next to the recorded one, its iterations (the turn's model calls, as
-:class:`~tulip_nb.agent.result.AgentResult` counts them), tokens, tool calls (of which answered from
+:class:`~tulip_nb.agent.result.AgentResult` counts them), tokens, cost (USD, NA when the model's
+price is unknown), ``cached`` (nothing was sent for it this run), tool calls (of which answered from
 the record / run live; an idempotent tool's cache hit is neither), and whether the branch
 ``diverged`` from the recording: its messages after the point compared with the rest of the
 recorded turn by the lab's message identity (:func:`~tulip_nb.lab._common.message_key`, tool-call
@@ -29,7 +30,8 @@ ids left out: they are labels, a call's identity is its position). ``first_diver
 recording's message index where they first differ (None: the same). A thread that cannot be read or
 has no such point, and a branch that fails, are rows with ``error``; the sweep goes on. Each branch
 records its lineage in its first save (``forked_from``, ``parent_checkpoint_id``,
-``fork_message_index``, ``source="sweep"``, ``variant``) and is named ``<thread>-sweep-<8 hex>``,
+``fork_message_index``, ``source="sweep"``, ``variant``) and is named ``<thread>-sweep-<12 hex>``
+from what decides it (so re-running the sweep reuses what it finished: ``resume=True``),
 so a later ``open_corpus(url, "case-*")`` lists the branches too: keep the first corpus, or drop
 the rows of ``summary()`` with a ``forked_from``.
 
@@ -58,16 +60,26 @@ from tulip_nb._deps import require
 from tulip_nb._sync import sync_twin
 from tulip_nb.agent import Agent
 from tulip_nb.agent.events import Hooks, ModelCall, ToolCalled
-from tulip_nb.core.calls import CallRef, last_model_call, unanswered_calls
+from tulip_nb.core.calls import CallRef, execution_position, last_model_call, unanswered_calls
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._common import apply_edit, message_key
-from tulip_nb.lab.branches import Variants, _named_variants, _point, _variant_agent, branch_state, save_branch
+from tulip_nb.lab._common import message_key
+from tulip_nb.lab._live import SweepBudget, Tally, branch_id, executions_after, finished, live_columns, saved_branch
+from tulip_nb.lab.branches import (
+    Variants,
+    _named_variants,
+    _point,
+    _sweep_messages,
+    _variant_agent,
+    branch_state,
+    save_branch,
+)
 from tulip_nb.lab.executors import amap_threads, is_dask_client, require_picklable
 from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.replay import RecordedResults
 from tulip_nb.lab.thread import Thread, aopen_thread
+from tulip_nb.models.budget import Budget
 from tulip_nb.models.scripted import ScriptedModel
 from tulip_nb.tools import Tool
 
@@ -84,7 +96,8 @@ or a function ``thread -> message index``."""
 
 COLUMNS = [
     "thread_id", "variant", "branch_thread_id", "final_answer", "recorded_answer", "iterations", "tokens",
-    "tool_calls", "recorded_tool_answers", "live_tool_calls", "diverged", "first_divergence", "error",
+    "cost", "cached", "tool_calls", "recorded_tool_answers", "live_tool_calls", "diverged", "first_divergence",
+    "error",
 ]  # fmt: skip
 _COUNTS = ("iterations", "tokens", "tool_calls", "recorded_tool_answers", "live_tool_calls", "first_divergence")
 _TEXTS = ("branch_thread_id", "final_answer", "recorded_answer", "error")
@@ -134,12 +147,15 @@ def _tool(obj: Any) -> Any:
 
 @dataclass
 class _Plan:
-    """The sweep's payload: the base agent's recipe, the variants, the point, the concurrency."""
+    """The sweep's payload: the base agent's recipe, the variants, the point, the concurrency,
+    whether branches are resumed, and (in process only) the budget's account."""
 
     base: dict[str, Any] | None
     variants: dict[str, dict[str, Any]]
     at: At
     max_concurrency: int
+    resume: bool = True
+    spend: SweepBudget | None = None
 
     def base_agent(self) -> Agent | None:
         if self.base is None:
@@ -270,18 +286,6 @@ def _answering_tool(
     return Tool(answer, name=name, description=desc, parameters=params, idempotent=idempotent)
 
 
-def _branch_messages(state: AgentState, index: int, spec: Mapping[str, Any], where: str) -> tuple[list[Message], int]:
-    """The branch's history (the variant's edit and system prompt applied) and how many messages
-    the system prompt inserted before it (as :func:`~tulip_nb.lab.branches.asweep` builds it)."""
-    msgs, _ = apply_edit(state.messages[: index + 1], spec.get("edit"), index, where)
-    if spec.get("system_prompt") is None:
-        return msgs, 0
-    system = Message.system(spec["system_prompt"])
-    if msgs and msgs[0].role == "system":
-        return [system, *msgs[1:]], 0
-    return [system, *msgs], 1
-
-
 def _identity(msg: Message) -> bytes:
     """A message's identity for divergence: :func:`message_key` without tool-call ids."""
     if msg.tool_calls or msg.tool_call_id:
@@ -327,10 +331,18 @@ class _Point:
     recorded: RecordedResults
 
 
-async def _run_branch(point: _Point, name: str, spec: Mapping[str, Any], variant: Agent, row: dict[str, Any]) -> None:
+async def _run_branch(
+    point: _Point,
+    name: str,
+    spec: Mapping[str, Any],
+    variant: Agent,
+    row: dict[str, Any],
+    plan: _Plan,
+    base: Agent | None,
+) -> None:
     """Fork ``point`` for variant ``name``, run it to the end of the turn, fill ``row``."""
     thread = point.thread
-    msgs, shift = _branch_messages(point.state, point.index, spec, f"thread {thread.thread_id!r}")
+    msgs, shift = _sweep_messages(point.state, point.index, spec, f"thread {thread.thread_id!r}")
     at = len(msgs) - 1 - shift  # the branch point in the recording's numbering (an edit may cut earlier)
     record = thread.final_messages
     segment = record[at + 1 : _turn_end(record, at)]
@@ -343,14 +355,44 @@ async def _run_branch(point: _Point, name: str, spec: Mapping[str, Any], variant
             thread_id=thread.thread_id,
         )
     branch = branch_state(point.state, msgs, shift=shift)
-    tid = await save_branch(
-        thread, branch, point.parent, new_thread_id=None, index=at, source="sweep", extra={"variant": name}
+    tid = branch_id(thread.thread_id, point.parent, at, name, spec, base, None) if plan.resume else None
+    saved = await saved_branch(thread.checkpointer, tid) if tid is not None else None
+    live_only = set(spec.get("tool_override") or {})
+    tally: Tally | None = None
+    if saved is not None and finished(saved, len(msgs)):
+        row["branch_thread_id"] = tid
+        final = saved
+        counts = _recorded_counts(branch, final, point.recorded, live_only, shift)
+    else:
+        if saved is not None and tid is not None:  # unfinished (a crash, a failure): run it again
+            await thread.checkpointer.delete(tid)
+        tid = await save_branch(
+            thread, branch, point.parent, new_thread_id=tid, index=at, source="sweep", extra={"variant": name}
+        )
+        row["branch_thread_id"] = tid
+        tally = Tally()
+        final, counts = await _run_live(point, variant, msgs, shift, live_only, tid, tally)
+    after = final.messages[len(msgs) :]
+    first = _divergence(after, segment, at + 1)
+    row.update(
+        final_answer=_final_text(after),
+        iterations=final.iteration,
+        **live_columns(variant.model, branch, final, tally),
+        tool_calls=len(executions_after(branch, final)),
+        recorded_tool_answers=counts["recorded"],
+        live_tool_calls=counts["live"],
+        diverged=first is not None,
+        first_divergence=first,
     )
-    row["branch_thread_id"] = tid
+
+
+async def _run_live(
+    point: _Point, variant: Agent, msgs: list[Message], shift: int, live_only: set[str], tid: str, tally: Tally
+) -> tuple[AgentState, dict[str, int]]:
+    """Run the saved branch ``tid`` to the end of its turn, tools answered from the record."""
     positions = _Positions(msgs, shift)
     counts = {"recorded": 0, "live": 0}
     real = variant.tools_by_name
-    live_only = set(spec.get("tool_override") or {})
     names = sorted(point.recorded.names | set(real))
     tools = [
         _answering_tool(n, real.get(n), None if n in live_only else point.recorded, positions, counts) for n in names
@@ -359,23 +401,37 @@ async def _run_branch(point: _Point, name: str, spec: Mapping[str, Any], variant
         variant.model,
         tools,
         system_prompt=variant.system_prompt,
-        checkpointer=thread.checkpointer,
+        checkpointer=point.thread.checkpointer,
         conversation_manager=variant.conversation_manager.clone_for_spawn(),
         max_iterations=variant.max_iterations,
-        hooks=[positions],
+        hooks=[positions, tally],
     )
     result = await agent.resume(thread_id=tid)
-    first = _divergence(result.state.messages[len(msgs) :], segment, at + 1)
-    row.update(
-        final_answer=_final_text(result.state.messages[len(msgs) :]),
-        iterations=result.iterations,
-        tokens=result.usage.total_tokens,
-        tool_calls=len(result.tool_calls),
-        recorded_tool_answers=counts["recorded"],
-        live_tool_calls=counts["live"],
-        diverged=first is not None,
-        first_divergence=first,
-    )
+    return result.state, counts
+
+
+def _recorded_counts(
+    before: AgentState, after: AgentState, recorded: RecordedResults, live_only: set[str], shift: int
+) -> dict[str, int]:
+    """A reused branch's answers from the record / live tools, by the rule the live run applied
+    (the record holds the call at its position in the recording's numbering; an idempotent cache
+    hit is neither)."""
+    counts = {"recorded": 0, "live": 0}
+    old = {tuple(p) for ex in before.tool_executions if (p := execution_position(ex)) is not None}
+    for ex in after.tool_executions:
+        pos = execution_position(ex)
+        if pos is None or tuple(pos) in old or ex.idempotent_cache_hit:
+            continue
+        if ex.tool_name not in live_only:
+            try:
+                recorded.answer(ex.tool_name, ex.arguments, (pos[0] - shift, pos[1]))
+            except LookupError:
+                pass
+            else:
+                counts["recorded"] += 1
+                continue
+        counts["live"] += 1
+    return counts
 
 
 # -- one thread, one chunk ---------------------------------------------------------------------
@@ -403,14 +459,19 @@ async def _open_point(cp: Any, thread_id: str, at: At) -> _Point:
 async def _sweep_chunk(cp: Any, thread_ids: Sequence[str], plan: _Plan) -> list[dict[str, Any]]:
     base = plan.base_agent()
     specs = {name: plan.spec(name) for name in plan.variants}
-    variants = {name: _variant_agent(base, spec, name, None) for name, spec in specs.items()}
+    spend = plan.spend or SweepBudget(None)
+    variants = {name: spend.hold(_variant_agent(base, spec, name, None)) for name, spec in specs.items()}
     gate = asyncio.Semaphore(plan.max_concurrency)
 
     async def branch(point: _Point, name: str) -> dict[str, Any]:
         row = _row(point.thread.thread_id, name)
         async with gate:
+            if spend.stopped:
+                row["error"] = spend.not_run()
+                return row
             try:
-                await _run_branch(point, name, specs[name], variants[name], row)
+                await _run_branch(point, name, specs[name], variants[name], row, plan, base)
+                spend.done += 1
             except Exception as e:  # one failed branch must not sink the sweep
                 row["error"] = _error(e)
         return row
@@ -470,6 +531,8 @@ async def asweep_corpus(
     executor: Any = None,
     max_concurrency: int = 8,
     progress: Any = None,
+    budget: Budget | int | None = None,
+    resume: bool = True,
 ) -> pd.DataFrame:
     """Run one branch per thread of ``corpus`` x variant from ``at``; a DataFrame of outcomes.
 
@@ -481,6 +544,13 @@ async def asweep_corpus(
     :func:`~tulip_nb.lab.executors.map_threads` takes it. A bad variant, ``at`` or
     ``max_concurrency``, or a payload that cannot reach the workers, is a :class:`UserError`
     before anything runs; per thread and branch failures are rows with ``error``.
+
+    Live models (:mod:`tulip_nb.lab._live`): ``tokens`` and ``cost`` per branch, ``cached`` when
+    nothing was sent; ``resume=True`` reuses the branches a previous run of the same sweep finished
+    and re-runs the unfinished ones; ``budget=`` (a :class:`~tulip_nb.models.Budget` or an int of
+    tokens) refuses the live call that would pass it, leaves the branches not started as rows
+    saying so, and ``frame.attrs["budget"]`` says how far the sweep got. A budget is one account
+    in this process: with an executor that ships work to other processes it is refused.
     """
     pd = require("pandas")
 
@@ -492,10 +562,21 @@ async def asweep_corpus(
         raise UserError("sweep: no variants given")
     for name, spec in named.items():
         _variant_agent(agent, spec, name, None)  # unknown keys, no model: refused here, not per row
+    spend = SweepBudget(budget)
+    if spend.meter is not None and _ships(executor):
+        raise UserError("sweep: budget= is one account in this process; run without an executor or on a thread pool")
     plan = _plan(agent, named, at, max_concurrency, ship=_ships(executor))
+    plan.resume = resume
     _check_pickles(plan, executor)
-    rows = await amap_threads(sweep_chunk, corpus, list(corpus.thread_ids), plan, executor=executor, progress=progress)
-    return _frame(pd, _expand(rows, list(named)))
+    ids = list(corpus.thread_ids)
+    if spend.meter is not None:
+        spend.total = len(ids) * len(named)
+        plan.spend = spend
+    rows = await amap_threads(sweep_chunk, corpus, ids, plan, executor=executor, progress=progress)
+    frame = _frame(pd, _expand(rows, list(named)))
+    if spend.meter is not None:
+        frame.attrs["budget"] = spend.attrs()
+    return frame
 
 
 def _frame(pd: Any, rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -505,6 +586,8 @@ def _frame(pd: Any, rows: list[dict[str, Any]]) -> pd.DataFrame:
     for col in _COUNTS:
         frame[col] = frame[col].astype("Int64")
     frame["diverged"] = frame["diverged"].astype("boolean")
+    frame["cached"] = frame["cached"].astype("boolean")
+    frame["cost"] = frame["cost"].astype("Float64")
     for col in _TEXTS:
         frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
     return frame

@@ -4,7 +4,11 @@
 - :class:`ReplayModel` — serves a saved thread's answers and reports where a replay diverges;
 - ``"openai:<model>"`` / :class:`tulip_nb.models.openai.OpenAIModel` — the official ``openai``
   client (imported only when used; ``pip install 'tulip_nb[openai]'``);
-- :mod:`tulip_nb.models.metadata` — context windows (``register_metadata`` / ``metadata_for``).
+- :mod:`tulip_nb.models.metadata` — context windows (``register_metadata`` / ``metadata_for``);
+- live experiments: :class:`ModelCache` / :func:`cached` (a response cache in one SQLite file),
+  :mod:`~tulip_nb.models.limits` (one concurrency limit per model, retries honouring
+  ``Retry-After``), :mod:`~tulip_nb.models.pricing` (cost per call), :class:`Budget` (a sweep stops
+  before passing it).
 """
 
 from __future__ import annotations
@@ -20,25 +24,48 @@ from tulip_nb.models.base import (
     ModelResponse,
     Usage,
 )
+from tulip_nb.models.budget import Budget, BudgetExceeded, BudgetMeter, MeteredModel, metered
+from tulip_nb.models.cache import CachedModel, CacheEntry, ModelCache, cached, request_key
+from tulip_nb.models.limits import ConcurrencyLimit, RetriesExhausted, RetryPolicy, shared_limit
 from tulip_nb.models.metadata import ModelMetadata, metadata_for, register_metadata
+from tulip_nb.models.pricing import DEFAULT_PRICES, Price, cost_of, price_for, register_price
 from tulip_nb.models.replay import Divergence, ReplayDiverged, ReplayModel
 from tulip_nb.models.scripted import ScriptedModel, text, tool_call, tool_calls
 
 __all__ = [
+    "Budget",
+    "BudgetExceeded",
+    "BudgetMeter",
+    "CacheEntry",
+    "CachedModel",
+    "ConcurrencyLimit",
     "ContextWindowExceeded",
+    "DEFAULT_PRICES",
     "Divergence",
+    "MeteredModel",
     "Model",
+    "ModelCache",
     "ModelError",
     "ModelHTTPError",
     "ModelMetadata",
     "ModelResponse",
+    "Price",
     "ReplayDiverged",
     "ReplayModel",
+    "RetriesExhausted",
+    "RetryPolicy",
     "ScriptedModel",
     "Usage",
+    "cached",
+    "cost_of",
     "metadata_for",
+    "metered",
+    "price_for",
     "register_metadata",
+    "register_price",
+    "request_key",
     "resolve_model",
+    "shared_limit",
     "text",
     "tool_call",
     "tool_calls",

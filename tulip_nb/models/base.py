@@ -27,21 +27,44 @@ __all__ = ["ContextWindowExceeded", "Model", "ModelError", "ModelHTTPError", "Mo
 
 @dataclass(frozen=True)
 class Usage:
-    """Token usage of one model call (or a sum of calls: ``a + b``)."""
+    """Token usage of one model call (or a sum of calls: ``a + b``).
+
+    ``cached_tokens``: prompt tokens the *provider* served from its prompt cache (billed cheaper).
+    ``cache_hits``: how many of the ``requests`` were answered by a tulip_nb
+    :class:`~tulip_nb.models.cache.ModelCache` instead of the provider (free, nothing sent);
+    :attr:`cached` is True when all of them were. ``cost``: what the calls cost when they were made,
+    in USD, from the price table (:mod:`tulip_nb.models.pricing`); None when a price is unknown
+    (never 0 for "unknown"); an offline model costs 0.
+
+    >>> a = Usage(10, 2, 12, requests=1, cost=0.5)
+    >>> b = Usage(5, 1, 6, requests=1, cache_hits=1, cost=None)
+    >>> (a + b).total_tokens, (a + b).cost, b.cached, (a + b).cached
+    (18, None, True, False)
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     cached_tokens: int = 0
     requests: int = 0
+    cache_hits: int = 0
+    cost: float | None = 0.0
+
+    @property
+    def cached(self) -> bool:
+        """True when every request was served by the response cache (a re-run: nothing billed)."""
+        return self.requests > 0 and self.cache_hits == self.requests
 
     def __add__(self, other: Usage) -> Usage:
+        cost = None if self.cost is None or other.cost is None else self.cost + other.cost
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.total_tokens + other.total_tokens,
             self.cached_tokens + other.cached_tokens,
             self.requests + other.requests,
+            self.cache_hits + other.cache_hits,
+            cost,
         )
 
 
