@@ -98,7 +98,7 @@
         td.appendChild(el("i", null, "written by the compactor (not in the history)"));
         var w = el("td", "w");
         w.appendChild(el("b", null, "#" + r[3] + " summary "));
-        w.appendChild(document.createTextNode(text(r[5])));
+        w.appendChild(el("div", "sum", text(r[5])));
         frag.appendChild(row("summary", "summary", td, w));
       } else if (r[0] === "s" || r[0] === "d") {
         frag.appendChild(collapsed(r, summaryAt));
