@@ -64,18 +64,19 @@ def check_thread_page(html: str, thread, truth=None) -> dict:  # type: ignore[no
 
 
 @settings(max_examples=4, deadline=None)
-@given(spec=messy_specs(min_turns=6, max_turns=30, max_forks=0))
+@given(spec=messy_specs(min_turns=6, max_turns=30, max_forks=1))
 def test_thread_page_shows_every_turn_message_and_call_of_a_messy_thread(spec: MessySpec) -> None:
     cp = MemoryCheckpointer()
-    truth = build_messy_thread(cp, "t", spec)
-    t = open_thread(cp, "t")
-    html = thread_html(t, plot=False)
-    check_thread_page(html, t, truth)
-    assert_inert(html)
-    outcomes = [o for o in (t.outcome for t in truth.turns)]
-    rows = Elements(html).tags
-    spans = [a.get("class") for tag, a in rows if tag == "span" and (a.get("class") or "").startswith("outcome")]
-    assert [s.split("o-")[1] for s in spans[: len(outcomes)]] == outcomes
+    main = build_messy_thread(cp, "t", spec)
+    for truth in (main, *main.forks):
+        t = open_thread(cp, truth.thread_id)
+        html = thread_html(t, plot=False)
+        check_thread_page(html, t, truth)
+        assert_inert(html)
+        outcomes = [turn.outcome for turn in truth.turns]  # the generator's ground truth
+        rows = Elements(html).tags
+        spans = [a.get("class") for tag, a in rows if tag == "span" and (a.get("class") or "").startswith("outcome")]
+        assert [s.split("o-")[1] for s in spans[: len(outcomes)]] == outcomes
 
 
 def test_thread_page_has_the_token_plot_as_an_inline_svg() -> None:

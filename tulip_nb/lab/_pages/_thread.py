@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb.lab._common import call_text, canonical_json
 from tulip_nb.lab._pages._document import page
 from tulip_nb.lab._pages._figure import svg_img
 from tulip_nb.lab._pages._text import clip, clipped_pre, esc, plain
@@ -49,8 +50,6 @@ def _counts(thread: Thread) -> list[int]:
 
 
 def _calls_text(m: Message) -> str:
-    from tulip_nb.lab._common import call_text
-
     return call_text(m) if m.tool_calls else ""
 
 
@@ -216,8 +215,6 @@ def _message(i: int, m: Message, tokens: int, max_chars: int) -> str:
         )
     calls = ""
     for ci, c in enumerate(m.tool_calls):
-        from tulip_nb.lab._common import canonical_json
-
         args = c.malformed_arguments if c.malformed_arguments is not None else canonical_json(c.arguments).decode()
         calls += (
             f"<details class='call'><summary>→ tool call {ci}: <code>{esc(c.name)}</code></summary>"
@@ -296,7 +293,7 @@ def thread_body(thread: Thread, *, max_chars: int, plot: bool = True, back: str 
 
 def thread_page(thread: Thread, *, max_chars: int = 4000, plot: bool = True, back: str | None = None) -> str:
     """The whole self-contained page of ``thread``."""
-    thread.turns  # noqa: B018 - primes the counter with the token counts the agent saved
+    thread.turns  # noqa: B018 - first: primes the counter with the counts the agent saved (no re-encoding)
     return page(
         f"{thread.thread_id} · tulip_nb thread",
         "<main>" + thread_body(thread, max_chars=max_chars, plot=plot, back=back) + "</main>",
