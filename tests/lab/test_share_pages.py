@@ -79,6 +79,21 @@ def test_thread_page_shows_every_turn_message_and_call_of_a_messy_thread(spec: M
         assert [s.split("o-")[1] for s in spans[: len(outcomes)]] == outcomes
 
 
+def test_pages_of_threads_without_calls_or_messages() -> None:
+    from tulip_nb.agent import run_sync
+    from tulip_nb.core import AgentState, Message
+
+    cp = MemoryCheckpointer()
+    run_sync(cp.save(AgentState(messages=[Message.system("s"), Message.user("hi")]), "no-calls"))
+    run_sync(cp.save(AgentState(messages=[]), "empty"))
+    for tid, facts in (("no-calls", "2 messages · 1 turn · 0 model calls"), ("empty", "0 messages · 0 turns")):
+        t = open_thread(cp, tid)
+        html = t.to_html()
+        assert isinstance(html, str) and facts in html and "this thread has no model calls" in html
+        assert check_thread_page(html, t)["calls"] == []
+        assert Elements(html).count("img") == 0  # no plot of nothing
+
+
 def test_thread_page_has_the_token_plot_as_an_inline_svg() -> None:
     cp = MemoryCheckpointer()
     build_messy_thread(cp, "t", MessySpec(seed=2, turns=30))

@@ -134,6 +134,11 @@ def thread_data(thread: Thread, *, max_chars: int) -> dict[str, Any]:
     return {"thread_id": thread.thread_id, "messages": messages, "calls": calls, "texts": texts.items}
 
 
+def _n(n: int, word: str) -> str:
+    """``1 turn``, ``2 turns``, ``1,166 messages``."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
 def _facts(thread: Thread) -> str:
     msgs = thread.final_messages
     failed: dict[str, int] = {}
@@ -141,12 +146,12 @@ def _facts(thread: Thread) -> str:
         if t.failed:
             failed[t.outcome or "unknown"] = failed.get(t.outcome or "unknown", 0) + 1
     parts = [
-        f"{len(thread.infos):,} checkpoints",
-        f"{len(msgs):,} messages",
-        f"{len(thread.turn_list):,} turns",
-        f"{thread.n_calls:,} model calls",
-        f"{len(thread.events):,} compaction events",
-        f"{sum(_counts(thread)):,} tokens",
+        _n(len(thread.infos), "checkpoint"),
+        _n(len(msgs), "message"),
+        _n(len(thread.turn_list), "turn"),
+        _n(thread.n_calls, "model call"),
+        _n(len(thread.events), "compaction event"),
+        _n(sum(_counts(thread)), "token"),
     ]
     text = " · ".join(parts)
     if failed:
