@@ -3,8 +3,9 @@
 Builds a messy 300-turn thread (failed and tulip turns, a fork; ``tulip_nb.testing``), its page and
 the page of its fork diff, and a 50-thread corpus site; then opens each page in headless Debian
 chromium (playwright, offline: the network is disabled and every request is counted) and reports
-the load event (navigation start -> ``load``, the replay drawn by then) and the time to step the
-replay 100 calls with the keyboard. The issue's bound: a 300-turn page <= 5 MB, open < 2 s.
+the load event (navigation start -> ``load``, the replay drawn by then) and the mean time to show
+one model call in the replay (render and layout, in the page, over every call). The issue's bound:
+a 300-turn page <= 5 MB, open < 2 s.
 
     python scripts/share_pages.py                 # about a minute
     python scripts/share_pages.py --turns 1000    # a longer thread
@@ -33,8 +34,23 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
+STEP_ALL = """() => {
+  const s = document.getElementById('tnb-slider'), n = +s.max + 1;
+  let total = 0;
+  for (let k = 0; k < n; k += 1) {
+    const t0 = performance.now();
+    s.value = String(k);
+    s.dispatchEvent(new Event('input'));
+    document.querySelector('#tnb-view tbody').getBoundingClientRect();  // include the layout
+    total += performance.now() - t0;
+  }
+  return total / n;
+}"""
+"""Mean milliseconds to show one model call of the replay (render and layout), over every call."""
+
+
 def open_times(paths: list[Path], runs: int) -> dict[Path, dict[str, float]]:
-    """Median load time (ms) of each page over ``runs`` fresh pages, and the replay's 100 steps."""
+    """Median load time (ms) of each page over ``runs`` fresh pages, and of the replay's mean step."""
     from playwright.sync_api import sync_playwright
 
     out: dict[Path, dict[str, float]] = {}
@@ -53,11 +69,7 @@ def open_times(paths: list[Path], runs: int) -> dict[Path, dict[str, float]]:
 
                 loads.append(json.loads(nav)["loadEventEnd"])
                 if page.locator("#tnb-slider").count():
-                    t0 = time.perf_counter()
-                    for _ in range(100):
-                        page.keyboard.press("ArrowLeft")
-                    page.locator("#tnb-view").get_attribute("data-call")
-                    steps.append(1e3 * (time.perf_counter() - t0) / 100)
+                    steps.append(page.evaluate(STEP_ALL))
                 page.close()
             out[path] = {"load": statistics.median(loads), "step": statistics.median(steps) if steps else float("nan")}
         browser.close()
