@@ -39,6 +39,21 @@ def test_share_diff_and_the_default_name(
     assert "Branch point" in html and Elements(html).count("tr", **{"class": "hunk"}) >= 1
 
 
+def test_share_corpus_writes_a_site(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "site"
+    assert main(["share", f"file:{store}", "case/*", "--corpus", "-o", str(out), "--no-plot"]) == 0
+    assert f"wrote {out / 'index.html'} and 2 thread pages" in capsys.readouterr().out
+    assert len(list((out / "threads").iterdir())) == 2
+    html = (out / "index.html").read_text()
+    assert_inert(html)
+    assert sorted(a["data-id"] for t, a in Elements(html).tags if t == "tr" and "data-id" in a) == [
+        "case/1",
+        "case/1-fork-0",
+    ]
+    assert main(["share", str(store), "nothing-*", "--corpus", "-o", str(tmp_path / "none")]) == 2
+    assert "matches 'nothing-*'" in capsys.readouterr().err
+
+
 def test_share_errors_exit_2(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["share", str(store), "no-such-thread", "-o", str(tmp_path / "x.html")]) == 2
     assert "no-such-thread" in capsys.readouterr().err

@@ -5,12 +5,15 @@ network request (:mod:`tulip_nb.lab.share`)::
 
     tulip-nb share ./threads ticket-8912 -o ticket-8912.html
     tulip-nb share ./threads ticket-8912 --diff ticket-8912-what-if -o what-if.html
+    tulip-nb share ./corpus 'case-*' --corpus -o site/
 
 The thread page has the turns and how they ended, the token plot, a replay of what the model saw
 at each call (slider and arrow keys), compaction events and every message (tool calls and results
 collapsed; texts over ``--max-chars`` truncated with their length shown). With ``--diff B`` the
 page is the what-if diff of ``THREAD`` (a) and ``B``: branch point, then each change with ``-U``
-messages of context. Prints the path written and its size. Exit 0, or 2 on an error (an unknown
+messages of context. With ``--corpus``, THREAD is a glob and the output a directory: a static
+site of the matching threads (``index.html``, sortable and filterable, and a page per thread
+under ``threads/``). Prints the path written and its size. Exit 0, or 2 on an error (an unknown
 thread, a bad URL, the notebook extra missing).
 """
 
@@ -29,9 +32,16 @@ def register(subparsers: Any) -> None:
         help="write a thread (or a diff of two) as one self-contained HTML page, for readers without a kernel",
     )
     parser.add_argument("url", help="checkpointer URL")
-    parser.add_argument("thread", help="the thread (a, with --diff)")
-    parser.add_argument("--diff", metavar="B", help="write the diff of THREAD and B instead")
-    parser.add_argument("-o", "--output", type=Path, help="the page to write (default: <thread>.html)")
+    parser.add_argument("thread", help="the thread (a, with --diff; a glob, with --corpus)")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--diff", metavar="B", help="write the diff of THREAD and B instead")
+    what.add_argument("--corpus", action="store_true", help="write a static site of the threads matching THREAD")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="the page to write (default: <thread>.html; with --corpus: a directory, ./site)",
+    )
     parser.add_argument("-U", "--context", type=_count, default=3, metavar="N", help="diff context (default 3)")
     parser.add_argument(
         "--max-chars", type=_count, default=4000, metavar="N", help="characters of a message shown (default 4000)"
@@ -64,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_chars < 1:
         raise ValueError("--max-chars must be 1 or more")
+    if args.corpus:
+        return _corpus(args)
 
     async def work(cp: Any) -> str:
         a = await aopen_thread(cp, args.thread)
@@ -75,4 +87,18 @@ def run(args: argparse.Namespace) -> int:
     html = with_checkpointer(args.url, work)
     out = write_html(args.output or _default_output(args), html)
     print(f"wrote {out} ({out.stat().st_size:,} bytes)")
+    return 0
+
+
+def _corpus(args: argparse.Namespace) -> int:
+    from tulip_nb._cli._common import require_existing
+    from tulip_nb.lab.corpus import open_corpus
+
+    with open_corpus(args.url, args.thread) as corpus:
+        require_existing(corpus.checkpointer, args.url)
+        if not len(corpus):
+            raise ValueError(f"no thread of {args.url!r} matches {args.thread!r}: nothing to share")
+        index = corpus.to_html(args.output or Path("site"), max_chars=args.max_chars, plot=not args.no_plot)
+    size = sum(f.stat().st_size for f in index.parent.rglob("*.html"))
+    print(f"wrote {index} and {len(corpus)} thread pages ({size:,} bytes)")
     return 0
