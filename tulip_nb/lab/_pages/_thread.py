@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from tulip_nb.lab._common import call_text, canonical_json
+from tulip_nb.lab._common import call_text, canonical_json, short
 from tulip_nb.lab._pages._document import page
 from tulip_nb.lab._pages._figure import svg_img
 from tulip_nb.lab._pages._text import clip, clipped_pre, esc, plain
@@ -37,11 +37,6 @@ _WORD = re.compile(r"[^a-z_]")
 def _cls(value: object) -> str:
     """A CSS class from a value that a thread wrote (only ``a-z`` and ``_`` survive)."""
     return _WORD.sub("", str(value).lower())[:30]
-
-
-def _one_line(text: str | None, limit: int) -> str:
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _counts(thread: Thread) -> list[int]:
@@ -103,10 +98,10 @@ def thread_data(thread: Thread, *, max_chars: int) -> dict[str, Any]:
     messages = [
         [
             m.role,
-            _one_line(m.content, PREVIEW),
+            short(m.content, PREVIEW),
             counts[i],
             -1 if (t := thread.turn_of(i)) is None else t,
-            _one_line(_calls_text(m), PREVIEW),
+            short(_calls_text(m), PREVIEW),
         ]
         for i, m in enumerate(msgs)
     ]
