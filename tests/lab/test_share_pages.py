@@ -202,3 +202,15 @@ def test_corpus_site_has_an_index_row_and_a_page_per_thread(tmp_path: Path) -> N
         assert path.parent == (tmp_path / "site" / "threads").resolve() and path.is_file()
         assert href == f"threads/{page_name(tid)}"
         check_thread_page(path.read_text(), open_thread(cp, tid))
+
+
+def test_corpus_index_never_publishes_the_store_credentials(tmp_path: Path) -> None:
+    from tulip_nb.lab.corpus import Corpus
+
+    cp = MemoryCheckpointer()
+    build_messy_thread(cp, "t", MessySpec(seed=1, turns=3))
+    secret = "postgresql://analyst:s3cr3t@db.internal:5432/threads?sslpassword=k3y"
+    index = Corpus(cp, ["t"], source=secret).to_html(tmp_path / "site", plot=False)
+    html = index.read_text()
+    assert "postgresql://db.internal:5432/threads" in html
+    assert "s3cr3t" not in html and "k3y" not in html and "analyst" not in html

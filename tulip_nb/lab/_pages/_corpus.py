@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from tulip_nb.core.errors import TulipNBError
 from tulip_nb.lab._pages._document import page, page_name, write_page
@@ -40,6 +41,25 @@ def _cell(value: Any) -> tuple[str, str, bool]:
     return str(v), str(v), False
 
 
+def public_source(source: str | None, fallback: str) -> str:
+    """Where the corpus came from, fit to publish: a URL's user, password and query (which may
+    carry credentials) are left out.
+
+    >>> public_source("postgresql://me:secret@db:5432/app?sslmode=require", "x")
+    'postgresql://db:5432/app'
+    >>> public_source("file:./corpus", "x"), public_source(None, "MemoryCheckpointer")
+    ('file:./corpus', 'MemoryCheckpointer')
+    """
+    if not source:
+        return fallback
+    parts = urlsplit(source)
+    if "@" not in parts.netloc and not parts.query and not parts.fragment:
+        return source
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 def index_page(corpus: Corpus, summary: Any, links: dict[str, str]) -> str:
     """The index: the summary table with a link to each thread's page (``links``: id -> href)."""
     cols = [c for c in summary.columns if c not in HIDDEN]
@@ -57,7 +77,7 @@ def index_page(corpus: Corpus, summary: Any, links: dict[str, str]) -> str:
             cls = " class='num'" if numeric else ""
             cells.append(f"<td data-v='{esc(key)}'{cls}>{shown_html}</td>")
         body.append(f"<tr data-id='{esc(tid)}'>{''.join(cells)}</tr>")
-    where = corpus.source or type(corpus.checkpointer).__name__
+    where = public_source(corpus.source, type(corpus.checkpointer).__name__)
     n = len(summary)
     html = (
         f"<header><h1>Corpus <code>{esc(where)}</code></h1>"
