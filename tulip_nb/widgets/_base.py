@@ -19,19 +19,35 @@ def error_html(e: BaseException) -> str:
 
 
 class Panel(W.VBox):  # type: ignore[misc]
-    """A ``VBox`` whose ``_repr_mimebundle_`` adds ``text/html`` (:meth:`fallback_html`), so a
-    notebook saved without widget state still shows the last thing the widget showed."""
+    """A ``VBox`` whose ``_repr_mimebundle_`` adds a ``text/html`` **snapshot** of its current
+    view (:meth:`snapshot_html`: :meth:`fallback_html` under a caption naming the widget and its
+    position), so a notebook read without a kernel -- nbconvert's HTML, GitHub, nbviewer -- shows
+    what the widget showed when the notebook ran. A live frontend shows the widget itself (the
+    ``application/vnd.jupyter.widget-view+json`` entry); a static renderer uses the snapshot when
+    the notebook has no widget state (JupyterLab saves none by default; for ``jupyter nbconvert
+    --execute`` pass ``--ExecutePreprocessor.store_widget_state=False``).
+
+    The snapshot is static HTML: escaped text, inline styles and inline images, no script."""
 
     def fallback_html(self) -> str:
         raise NotImplementedError
 
+    def snapshot_html(self) -> str:
+        """The widget's current view as static HTML, captioned (never raises: an error is shown)."""
+        try:
+            view = self.fallback_html()
+        except Exception as e:  # a snapshot must never hide the live widget
+            view = error_html(e)
+        caption = (
+            f"<p class='tulip-nb-note' style='color:#59636e;font-size:12px;margin:2px 0'>{esc(repr(self))}"
+            " · a snapshot of the widget as it was when the notebook ran (it changes in a live kernel)</p>"
+        )
+        return f"<div class='tulip-nb-snapshot' data-widget='{esc(type(self).__name__)}'>{caption}{view}</div>"
+
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         data: dict[str, Any] = super()._repr_mimebundle_(**kwargs) or {}
         data["text/plain"] = repr(self)
-        try:
-            data["text/html"] = self.fallback_html()
-        except Exception as e:  # a fallback must never hide the live widget
-            data["text/html"] = error_html(e)
+        data["text/html"] = self.snapshot_html()
         return data
 
     def _guard(self, status: W.HTML, fn: Callable[..., Any]) -> Callable[..., None]:
