@@ -22,7 +22,19 @@ from tulip_nb.core.errors import BackendUnavailable, TulipNBError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
-COMMANDS: tuple[str, ...] = ("demo", "export", "serve", "threads", "diff", "verify", "prune", "convert", "lab", "cache", "share")
+COMMANDS: tuple[str, ...] = (
+    "demo",
+    "export",
+    "serve",
+    "threads",
+    "diff",
+    "verify",
+    "prune",
+    "convert",
+    "lab",
+    "cache",
+    "share",
+)
 """Modules under ``tulip_nb._cli`` that register a subcommand, in --help order."""
 
 

@@ -50,7 +50,8 @@ def store(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    "command", ["serve", "threads", "threads ls", "threads show", "diff", "verify", "prune", "convert", "lab"]
+    "command",
+    ["serve", "threads", "threads ls", "threads show", "diff", "verify", "prune", "convert", "lab", "cache", "share"],
 )
 def test_help(command: str) -> None:
     r = cli(*command.split(), "--help")
