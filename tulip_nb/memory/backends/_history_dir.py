@@ -18,25 +18,110 @@ touches the thread (:meth:`HistoryFileCheckpointer._repair`).
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import os
 import stat
 import threading
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from tulip_nb.core.errors import CheckpointCorrupt, InvalidThreadId
+from tulip_nb.core.errors import BackendUnavailable, CheckpointCorrupt, InvalidThreadId
+from tulip_nb.core.keys import SOURCE_KEY
 from tulip_nb.memory._envelope import HEAD_BYTES, decode_envelope, info_from_head, read_head
-from tulip_nb.memory.backends._file_index import unavailable, write_all
-from tulip_nb.memory.backends._file_safety import NOFOLLOW, is_link, is_loop, read_nofollow
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 from tulip_nb.memory.history import PROJECTION_KEY
 
-__all__ = ["EnvelopeDir", "Head"]
+__all__ = [
+    "NOFOLLOW",
+    "EnvelopeDir",
+    "Head",
+    "is_link",
+    "is_loop",
+    "is_turn_end",
+    "read_nofollow",
+    "safe_name",
+    "unavailable",
+    "write_all",
+]
 
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NOFOLLOW
+_MAX_NAME_BYTES = 200  # below NAME_MAX (255) with room for ".json" and temp suffixes
+_NOT_TURN_ENDS = frozenset(("iteration", "fork"))
+
+
+def is_turn_end(metadata: Mapping[str, Any]) -> bool:
+    """Whether a save with this metadata is a turn end (its ``source`` is not ``"iteration"`` or
+    ``"fork"``): what tulip itself keeps, and what the default projection shows it.
+
+    >>> is_turn_end({"source": "answer"}), is_turn_end({"source": "iteration"})
+    (True, False)
+    """
+    return metadata.get(SOURCE_KEY) not in _NOT_TURN_ENDS
+
+
+def safe_name(value: str) -> str:
+    """tulip's file-name sanitiser (letters, digits, ``-`` and ``_`` kept, anything else ``_``),
+    plus a hash suffix for names too long for the file system.
+
+    >>> safe_name("user/42:chat #1")
+    'user_42_chat__1'
+    """
+    name = "".join(c if c.isalnum() or c in "-_" else "_" for c in value)
+    if len(name.encode()) <= _MAX_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(value.encode()).hexdigest()[:16]
+    short = name.encode()[: _MAX_NAME_BYTES - 17].decode(errors="ignore")
+    return f"{short}_{digest}"
+
+
+def is_link(path: Path | str) -> bool:
+    """Whether ``path`` is a symbolic link (False when it does not exist)."""
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_loop(e: OSError) -> bool:
+    """Whether ``e`` is what ``O_NOFOLLOW`` raises on a symbolic link."""
+    return e.errno == errno.ELOOP
+
+
+def read_nofollow(path: Path | str) -> bytes:
+    """The whole file at ``path``, refusing a symbolic link (``OSError`` with ``ELOOP``)."""
+    fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, chunks: list[bytes | bytearray]) -> None:
+    """``os.writev`` until every byte is written (a regular file may still take a short write)."""
+    views = [memoryview(c) for c in chunks if c]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]
+
+
+def unavailable(e: OSError, path: Path | str) -> BackendUnavailable:
+    """An I/O failure of the file store as :class:`BackendUnavailable` (errno name, path)."""
+    reason = errno.errorcode.get(e.errno or 0, "") if e.errno else ""
+    text = e.strerror or str(e)
+    return BackendUnavailable(f"file store I/O failed: {reason + ': ' if reason else ''}{text}", path=str(path))
 
 
 @dataclass(frozen=True)
