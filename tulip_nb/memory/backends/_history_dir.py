@@ -21,6 +21,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import stat
 import threading
 import uuid
@@ -53,6 +54,8 @@ NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NOFOLLOW
 _MAX_NAME_BYTES = 200  # below NAME_MAX (255) with room for ".json" and temp suffixes
 _NOT_TURN_ENDS = frozenset(("iteration", "fork"))
+_TEMP = re.compile(r"^\..+\.json\.[0-9a-f]{32}\.tmp$")
+"""The temp name :meth:`EnvelopeDir.write` uses (a random hex per write)."""
 
 
 def is_turn_end(metadata: Mapping[str, Any]) -> bool:
@@ -291,6 +294,20 @@ class EnvelopeDir:
             for name in names:
                 known.pop(name, None)
         return gone
+
+    def temps(self, directory: Path) -> list[str]:
+        """Temp files of envelope writes in ``directory`` (a process killed mid-write leaves one)."""
+        try:
+            return sorted(n for n in os.listdir(directory) if _TEMP.match(n))
+        except OSError:
+            return []
+
+    def clean_temps(self, directory: Path) -> None:
+        """Remove them: call it holding the store's write lock, under which every envelope is
+        written, so none of them is a write in flight."""
+        leftovers = self.temps(directory)
+        if leftovers:
+            self.unlink(directory, leftovers)
 
     def remove_if_empty(self, directory: Path) -> None:
         with contextlib.suppress(OSError):

@@ -201,6 +201,7 @@ class FileCheckpointer(InTreeCheckpointer):
         """
 
         def sync(want: str | None, load: Callable[[str], StoredCheckpoint]) -> None:
+            self._dirs.clean_temps(directory)
             current = self._projections(thread_id, directory)
             if want is not None:
                 name = _name(want)
@@ -241,6 +242,7 @@ class FileCheckpointer(InTreeCheckpointer):
             if have is not None and not force:
                 self._write_projection(directory, have)
                 return
+            self._dirs.clean_temps(directory)
             current, damaged = self._projections(thread_id, directory), []
             for cid in ids:
                 head = current.pop(_name(cid), None)
@@ -263,6 +265,9 @@ class FileCheckpointer(InTreeCheckpointer):
         if thread_id in self._repaired:
             return
         self._refuse_legacy(directory)
+        if self._dirs.temps(directory):  # a write killed midway: removed under the store's lock
+            self._project(thread_id, directory)
+            return
         if self.every:
             ids = {r.checkpoint_id for r in self.store.rows_sync(thread_id)}
             heads = self._projections(thread_id, directory)
