@@ -309,8 +309,7 @@ class FileCheckpointer(InTreeCheckpointer):
         if found:
             raise UserError(
                 f"{directory} was written by the delta layout, before the history model ({', '.join(found)}): "
-                f"run `tulip-nb convert {self.base_dir}` to move it to the history layout, or open it "
-                "with FileCheckpointer(base_dir, layout='delta')",
+                f"run `tulip-nb convert {self.base_dir}` to move it to the history layout",
                 path=str(directory),
             )
 
