@@ -155,5 +155,3 @@ async def test_delete_in_shared_directory_keeps_the_other_thread(tmp_path: Path,
     assert len(await cp.list_checkpoint_infos("a_1", limit=None)) == 3
     assert sorted(await cp.list_threads()) == ["a_1"]
     assert not [p for p in (base / "a_1").iterdir() if p.name.startswith(".tulip_nb_trash-")]
-
-

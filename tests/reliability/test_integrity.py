@@ -17,7 +17,7 @@ from tulip_nb.core import AgentState, Message
 from tulip_nb.core.messages import ToolCall
 from tulip_nb.core.state import MessageBlobCache, messages_digest
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
-from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
+from tulip_nb.memory.checkpointer import BaseCheckpointer, CheckpointInfo
 from tulip_nb.memory.history import Rewrite
 from tulip_nb.memory.integrity import HASH_KEY, PARENT_HASH_KEY, recompute_hash, verify_thread
 from tulip_nb.memory.urls import checkpointer_from_url

@@ -293,7 +293,8 @@ class LegacyLog:
         """The content of ``checkpoint_id`` (pruned or not) for another log's fork based on it."""
         index = self._current.get(checkpoint_id)
         rec = self._records[index] if index is not None else None
-        if rec is None or rec.body is None or (created_at is not None and iso_offset(rec.info.created_at) != created_at):
+        moved = rec is not None and created_at is not None and iso_offset(rec.info.created_at) != created_at
+        if rec is None or rec.body is None or moved:
             what = "is gone" if index is None else "was replaced or is damaged"
             raise CheckpointCorrupt(f"fork base {what}", checkpoint_id=checkpoint_id, path=str(self.path))
         assert index is not None
