@@ -1,8 +1,9 @@
 """The thread directories of the history layout: tulip's envelopes, read and written confined.
 
 A thread directory (``<base_dir>/<safe(thread_id)>/``) holds what tulip reads: the *projection*
-of the thread's history (its latest turn end as a tulip envelope, marked with
-:data:`~tulip_nb.memory.history.PROJECTION_KEY`), and any envelopes tulip wrote itself (a tulip
+of the thread's history (its latest turn end, or every checkpoint with ``layout="tulip"``, as
+tulip envelopes marked with :data:`~tulip_nb.memory.history.PROJECTION_KEY`), and any envelopes
+tulip wrote itself (a tulip
 agent that resumed the thread). :class:`EnvelopeDir` lists both from each file's first bytes
 (remembered per file, re-read only when the file changed), and writes an envelope without ever
 following a link: the directory is opened ``O_NOFOLLOW | O_DIRECTORY`` and every name resolved
@@ -11,8 +12,10 @@ be singly linked, and renamed over the target (a rename replaces a planted symli
 as a name; it never writes through it).
 
 The projection is not fsynced: an acknowledged save's durability is the SQLite commit, and a
-projection lost or torn by a power cut is rewritten from the history the next time a process
-touches the thread (:meth:`HistoryFileCheckpointer._repair`).
+projection lost or emptied by a power cut (or a temp file of a killed write) is put right from the
+history the next time a process touches the thread (:meth:`FileCheckpointer._repair`). Also here:
+the small file helpers the file store and ``tulip-nb convert`` share (:func:`safe_name`,
+:func:`read_nofollow`, :func:`unavailable`, :func:`is_turn_end`, ...).
 """
 
 from __future__ import annotations
