@@ -191,6 +191,20 @@ def test_a_log_moved_in_from_another_thread_is_refused(tmp_path: Path) -> None:
     assert rows(base, "pruned") == []
 
 
+def test_a_rerun_after_a_thread_s_directory_went_is_a_no_op(tmp_path: Path) -> None:
+    """A thread without a turn end has no projection, so its directory goes with its old files."""
+    base = legacy_store(tmp_path)
+    convert_to_history(base)
+    for p in (base / "pruned").iterdir():
+        p.unlink()
+    (base / "pruned").rmdir()
+    again = {r.thread_id: r for r in convert_to_history(base)}
+    assert {r.status for r in again.values()} == {"already"}
+    hist = FileCheckpointer(base)
+    assert problems_in(hist, "pruned") == []
+    run_sync(hist.close())
+
+
 def test_the_async_twin(tmp_path: Path) -> None:
     base = legacy_store(tmp_path)
     done = asyncio.run(_file_convert.aconvert_to_history(base, ["messy-fork-0"]))

@@ -88,6 +88,7 @@ _PREFIX = struct.Struct("<2sBIIII")
 _CRCED = 11  # the header crc covers magic, kind and both lengths, then the header
 _FILE, _SNAPSHOT, _DELTA, _PRUNE = 1, 2, 3, 4
 _U32 = struct.Struct("<I")
+_OPEN_LOGS = 8
 
 
 def log_name(directory: Path, thread_id: str) -> str:
@@ -378,7 +379,7 @@ class LegacyStore:
 
     def __init__(self, base: Path) -> None:
         self.base = base
-        self._logs: dict[Path, tuple[tuple[int, int, int], LegacyLog]] = {}
+        self._logs: OrderedDict[Path, tuple[tuple[int, int, int], LegacyLog]] = OrderedDict()
 
     def close(self) -> None:
         """Forget what was read (a later call reads the files again)."""
@@ -440,6 +441,10 @@ class LegacyStore:
             known = (stamp, LegacyLog(path, self._resolve, hidden=hidden))
             if not hidden:
                 self._logs[path] = known
+                while len(self._logs) > _OPEN_LOGS:  # a log read whole holds its bodies: keep a few
+                    self._logs.popitem(last=False)
+        else:
+            self._logs.move_to_end(path)
         return known[1]
 
     def _resolve(self, ref: str) -> LegacyLog:

@@ -380,7 +380,7 @@ def _stale_tmp(directory: Path, name: str) -> bool:
 
 def _tidy(old: LegacyStore, directory: Path, thread_id: str) -> int:
     """Remove a directory's bookkeeping once no old data of any thread is left in it."""
-    if old.logs_in(directory) or old.has_tulip_nb_envelopes(directory):
+    if not os.path.isdir(directory) or old.logs_in(directory) or old.has_tulip_nb_envelopes(directory):
         return 0
     removed = 0
     for path in old.deleted_files(directory):  # a thread whose delete a crash interrupted: gone
@@ -493,7 +493,6 @@ def convert_to_history(
                 out[thread_id] = _result(e.done, "refused", 0, detail)
             finally:
                 run_sync(own.close())
-                old.close()  # what it read of the thread's logs
         _step("phase2", "")
         order, blocked = _removal_order(old, verified)
         for thread_id in order:  # phase 2: dependents first
