@@ -12,8 +12,8 @@ overrides).
 Cases:
 
 - tulip_nb ``FileCheckpointer(base, layout="history")`` (SQLite WAL, ``synchronous=FULL``; its
-  default ``sign=False``), fsync on and off; ``layout="delta"`` (passed explicitly: the current
-  default, which signs every save), fsync on and off. The agent's way: one set of message objects
+  default ``sign=False``), fsync on and off. (The delta layout's cases went with its engine,
+  issue 26: its last figures are in ``bench/README.md``.) The agent's way: one set of message objects
   per case, grown save by save (as the agent holds them), so each message is serialised once.
 - tulip_nb history, fsync off, **fresh message objects at every save** (no serialisation or
   chain cache can help), beside tulip-agents' ``FileCheckpointer`` (pretty JSON, never fsyncs,
@@ -279,8 +279,6 @@ class GraphCase(Case):
 HISTORY = "history"
 HISTORY_OFF = "history fsync off"
 HISTORY_FRESH = "history fresh"
-DELTA = "delta"
-DELTA_OFF = "delta fsync off"
 TULIP = "tulip-agents"
 SESSION = "SQLiteSession"
 GRAPH = "LangGraph"
@@ -289,8 +287,6 @@ FLOOR = "floor"
 LABELS = {
     HISTORY: '**tulip_nb `layout="history"`, fsync=True** (SQLite WAL, synchronous=FULL)',
     HISTORY_OFF: 'tulip_nb `layout="history"`, fsync=False (synchronous=OFF)',
-    DELTA: 'tulip_nb `layout="delta"` (today\'s default), fsync=True, signed',
-    DELTA_OFF: 'tulip_nb `layout="delta"`, fsync=False, signed',
     HISTORY_FRESH: 'tulip_nb `layout="history"`, fsync=False, **fresh message objects at every save**',
     TULIP: "tulip-agents FileCheckpointer (pretty JSON, never fsyncs), fresh objects at every save",
     SESSION: "OpenAI Agents SQLiteSession (appends new items)",
@@ -318,8 +314,6 @@ def _cases(root: Path, work: Research, worker: peer_mod.PeerWorker | None) -> di
     out: dict[str, Case] = {
         HISTORY: NbCase(HISTORY, LABELS[HISTORY], root / "history", work, "history", True, False),
         HISTORY_OFF: NbCase(HISTORY_OFF, LABELS[HISTORY_OFF], root / "history_off", work, "history", False, False),
-        DELTA: NbCase(DELTA, LABELS[DELTA], root / "delta", work, "delta", True, False),
-        DELTA_OFF: NbCase(DELTA_OFF, LABELS[DELTA_OFF], root / "delta_off", work, "delta", False, False),
         HISTORY_FRESH: NbCase(
             HISTORY_FRESH, LABELS[HISTORY_FRESH], root / "history_fresh", work, "history", False, True
         ),
@@ -339,7 +333,7 @@ def _rotated(names: list[str], k: int) -> list[str]:
 
 
 GROUPS: tuple[tuple[str, ...], ...] = (
-    (HISTORY, HISTORY_OFF, DELTA, DELTA_OFF, SESSION, GRAPH, FLOOR),
+    (HISTORY, HISTORY_OFF, SESSION, GRAPH, FLOOR),
     (HISTORY_FRESH, TULIP),
 )
 """The passes of a round: the cases interleaved with each other. tulip-agents (never fsyncs, 1.6 GB
@@ -552,15 +546,11 @@ def tables(o: Outcome) -> list[str]:
 
     row("durable conversation: history ÷ SQLiteSession", HISTORY, SESSION, "total", 1.0)
     row("durable conversation: history ÷ LangGraph + DeltaChannel", HISTORY, GRAPH, "total")
-    row("durable conversation: history ÷ delta (today's default)", HISTORY, DELTA, "total")
     row("durable conversation: history ÷ floor (append + fdatasync)", HISTORY, FLOOR, "total")
-    row("fsync off: history ÷ delta", HISTORY_OFF, DELTA_OFF, "total")
     row("disk: history ÷ SQLiteSession", HISTORY, SESSION, "disk", 1.5)
     row("disk: history ÷ LangGraph + DeltaChannel", HISTORY, GRAPH, "disk")
-    row("disk: history ÷ delta", HISTORY, DELTA, "disk")
     row("load latest: history ÷ LangGraph + DeltaChannel", HISTORY, GRAPH, "load", 1.5)
     row("load latest: history ÷ SQLiteSession", HISTORY, SESSION, "load")
-    row("load latest: history ÷ delta", HISTORY, DELTA, "load")
     row("load latest: history ÷ read + parse of the state (floor)", HISTORY, FLOOR, "load")
     row(
         "**vs tulip-agents, fresh objects at every save** (no cache; fsync off): history ÷ tulip-agents",

@@ -16,12 +16,12 @@ Sections
                 inside this run only (the machine is 2 shared, noisy cores).
 ``conversation`` the issue-26 research thread (300 turns, a save after every model call), every
                 store side by side and interleaved save by save: tulip_nb ``layout="history"``
-                and ``layout="delta"`` (fsync on and off; history also with fresh message
-                objects at every save), tulip-agents, OpenAI Agents ``SQLiteSession``, LangGraph
+                (fsync on and off; also with fresh message objects at every save; the delta
+                layout's case went with its engine, issue 26), tulip-agents, OpenAI Agents ``SQLiteSession``, LangGraph
                 ``SqliteSaver`` + ``DeltaChannel`` and the append + fdatasync floor: the durable
                 conversation, disk ÷ the messages' JSON, load latest, and same-run ratios against
                 the issue's targets (:mod:`bench.bench_conversation`).
-``checkpoints10k``, ``forks`` a 10,000-checkpoint thread in the history and delta layouts; fork
+``checkpoints10k``, ``forks`` a 10,000-checkpoint thread in the history and tulip layouts; fork
                 and copy at 500 and 2,000 messages, 100 forks, a sweep (:mod:`bench.bench_storage`).
 
 The peers SQLiteSession and LangGraph + DeltaChannel run in a worker process (:mod:`bench.peers`)
@@ -172,10 +172,10 @@ async def _checkpoint_size(
     warm = build_state(n)
     warm_t = to_tulip_state(warm)
     state_json_bytes(warm)  # the agent saved these messages before: their bytes are cached
-    # the floors' payload: the state's envelope as one JSON file (the delta layout writes one per save)
-    env = FileCheckpointer(root / "probe", fsync=False, layout="delta")
+    # the floors' payload: the state's envelope as one JSON file (layout="tulip" projects one per save)
+    env = FileCheckpointer(root / "probe", fsync=False, layout="tulip")
     cid = await env.save(warm, "t")
-    envelope_bytes = (env.checkpoint_path("t", cid)).read_bytes()
+    envelope_bytes = (env.thread_dir("t") / f"{cid}.json").read_bytes()
     envelope = orjson.loads(envelope_bytes)
     sizes_bytes["tulip_nb file"][n] = len(envelope_bytes)
 
@@ -398,7 +398,7 @@ SECTIONS: dict[str, tuple[str, Callable[[sections.Ctx], list[str]]]] = {
     "server": ("AgentServer throughput", sections.section_server),
     "memory": ("peak memory loading a 2000-message thread", sections.section_memory),
     "checkpoints10k": (
-        "a thread of 10,000 checkpoints, history and delta layouts",
+        "a thread of 10,000 checkpoints, history and tulip layouts",
         bench_storage.section_checkpoints10k,
     ),
     "forks": ("fork and copy at 500 and 2,000 messages, 100 forks, a 100-variant sweep", bench_storage.section_forks),

@@ -1,4 +1,4 @@
-"""Figures for issue 26: the history layout beside the delta layout and the peers, on the issue's workload.
+"""Figures for issue 26: the history layout beside the peers, on the issue's workload.
 
 A thin front for the bench's ``conversation`` section (:mod:`bench.bench_conversation`, where the
 cases live; the workload is :mod:`bench.research`): the offline research agent of
@@ -7,7 +7,6 @@ recorded once as the sequence of saves it makes, then replayed into every store 
 objects of its own, interleaved save by save in rotating order, ``--rounds`` times:
 
 - ``FileCheckpointer(base, layout="history")`` (SQLite WAL, synchronous=FULL), fsync on and off;
-- ``FileCheckpointer(base, layout="delta")`` (today's default, passed explicitly), fsync on and off;
 - history with fresh message objects at every save, beside tulip-agents' FileCheckpointer (the
   "faster than tulip-agents" ratio without the serialisation cache);
 - OpenAI Agents ``SQLiteSession`` and LangGraph ``SqliteSaver`` + ``DeltaChannel``, run in

@@ -4,11 +4,11 @@ The reproduction of the storage issue, as a new user would run it: an offline ag
 ``ScriptedModel``) with ``checkpoint_every_n_iterations=1`` on the default ``FileCheckpointer``,
 each turn a user question, two or three tool rounds with 1-3 kB results, and an answer. For each
 length it prints the thread's disk use, that divided by the conversation itself (the latest
-state's JSON), and the median save, for the default (delta) layout and for ``layout="tulip"``
-(the old default, every checkpoint a whole envelope)::
+state's JSON), and the median save, for the default (history) layout and for ``layout="tulip"``
+(every checkpoint also projected as a whole tulip envelope)::
 
     python scripts/storage_growth.py                  # 25, 150 and 300 turns (~1 min on 2 cores)
-    python scripts/storage_growth.py --turns 25 300 --layouts delta
+    python scripts/storage_growth.py --turns 25 300 --layouts history
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def run(turns: int, layout: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, nargs="+", default=[25, 150, 300])
-    parser.add_argument("--layouts", nargs="+", default=["delta", "tulip"], choices=["delta", "tulip"])
+    parser.add_argument("--layouts", nargs="+", default=["history", "tulip"], choices=["history", "tulip"])
     args = parser.parse_args()
     print(
         "| layout | turns | saves | disk | disk / the conversation | median save | mean of the last 50 "

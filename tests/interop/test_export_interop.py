@@ -103,9 +103,9 @@ async def peers(request: Any, tmp_path: Path) -> AsyncIterator[tuple[BaseCheckpo
         require_service(kind, "127.0.0.1", PORTS[kind])
     name = f"tnbexp_{uuid.uuid4().hex[:12]}"
     ours: BaseCheckpointer
-    if kind in ("file", "file-tulip"):  # the delta layout (default) and tulip's own
+    if kind in ("file", "file-tulip"):  # the history layout (default), and every checkpoint projected
         ours, theirs = (
-            FileCheckpointer(tmp_path / "store", layout="tulip" if kind == "file-tulip" else "delta"),
+            FileCheckpointer(tmp_path / "store", layout="tulip" if kind == "file-tulip" else "history"),
             tulip_file.FileCheckpointer(base_dir=str(tmp_path / "store")),
         )
     elif kind == "s3":
@@ -237,7 +237,7 @@ async def test_thread_exported_from_file_is_resumed_by_tulip(
     assert report["verified"].all(), report.to_dict("records")
     # (as a set: tulip's S3 listing orders by LastModified, 1 s resolution; its load follows _latest)
     exported = await notebook.list_checkpoints(THREAD, limit=100)
-    if getattr(ours, "layout", None) in ("delta", "history"):
+    if getattr(ours, "layout", None) == "history":
         exported = exported[:1]  # tulip sees the thread's one envelope: its latest turn end
     assert set(await theirs.list_checkpoints(THREAD, limit=100)) == set(exported)
     third = await tulip_turn_three(theirs)

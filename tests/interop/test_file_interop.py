@@ -23,9 +23,9 @@ def as_tulip(state_json: bytes):  # type: ignore[no-untyped-def]
     return tulip_state.AgentState.model_validate_json(state_json)
 
 
-@pytest.mark.parametrize("layout", ["delta", "tulip"])
+@pytest.mark.parametrize("layout", ["history", "tulip"])
 async def test_tulip_reads_what_we_write(tmp_path: Path, layout: str) -> None:
-    """tulip lists every checkpoint of the tulip layout, and the latest turn end of the delta layout."""
+    """tulip lists every checkpoint of the tulip layout, and the latest turn end of the default one."""
     ours = FileCheckpointer(tmp_path, layout=layout)  # type: ignore[arg-type]
     state = full_state()
     first = await ours.save(state, "user/42:chat #1")

@@ -127,9 +127,8 @@ async def peers(request: Any, tmp_path: Path) -> AsyncIterator[tuple[str, BaseCh
     name = f"tnbafter_{uuid.uuid4().hex[:12]}"
     cleanup: Any = None
     ours: BaseCheckpointer
-    if kind in ("file", "file-tulip"):  # the delta layout (default) and tulip's own
-        layout = "tulip" if kind == "file-tulip" else "delta"
-        ours = FileCheckpointer(tmp_path / "store", layout=layout)
+    if kind in ("file", "file-tulip"):  # the history layout (default), and every checkpoint projected
+        ours = FileCheckpointer(tmp_path / "store", layout="tulip" if kind == "file-tulip" else "history")
         theirs = tulip_file.FileCheckpointer(base_dir=str(tmp_path / "store"))
     elif kind == "s3":
         from tulip.memory.backends.s3 import S3Backend as TulipS3
@@ -239,7 +238,7 @@ async def assert_turn_ends_are_clean(ours: BaseCheckpointer, theirs: Any) -> Non
     listed = set(await theirs.list_checkpoints(THREAD, limit=1000))
     for cid in ends:
         if cid not in listed:
-            continue  # the file store's delta layout shows tulip its latest turn end only
+            continue  # the file store's default layout shows tulip its latest turn end only
         seen = await theirs.load(THREAD, cid)
         assert seen is not None and ITER_KEY not in seen.metadata, (cid, seen and seen.metadata.get(ITER_KEY))
         mine = await ours.load(THREAD, cid)
@@ -325,8 +324,8 @@ async def test_a_stale_iteration_list_is_what_tulip_deletes(peers: tuple[str, Ba
     tulip, _ = tulip_agent_on(theirs)
     await tulip.arun("Anything new?", thread_id=THREAD)
     left = {i.checkpoint_id for i in await ours.list_checkpoint_infos(THREAD, limit=None)}
-    if isinstance(ours, FileCheckpointer) or getattr(ours, "layout", None) == "delta":
-        # tulip sees the file store's envelope only: its deletes of our ids find nothing of ours
+    if isinstance(ours, FileCheckpointer):
+        # tulip sees the file store's projection only: its deletes of our ids remove envelopes, not rows
         assert set(iteration) <= left
         return
     assert not set(iteration) & left

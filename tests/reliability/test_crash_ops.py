@@ -1,31 +1,28 @@
-"""Thread-level operations of the file store survive a crash at any moment (issue 18, item 2).
+"""Thread-level operations of the file store survive a kill -9 at any moment (issue 18, item 2; issue 26).
 
 ``copy_thread``, a fork (the agent's and the lab's), ``vacuum`` and ``delete(thread)``, in both
-layouts, are crash-atomic (see :mod:`tulip_nb.memory.backends._file_crash`). After a crash, from a
-fresh open's point of view: the thread the operation wrote is whole or gone (a vacuumed thread
-holds all its old checkpoints or none), it verifies, its latest loads, a re-run of the operation
-completes, and nothing is left over (no staging directory, tombstone or temp file).
+layouts (the history, and ``layout="tulip"``, every checkpoint projected), are one SQLite
+transaction each, and tulip's envelopes are written after the commit and repaired from the history
+on the next open. After a kill, from a fresh open's point of view: the thread the operation wrote
+is whole or gone (a vacuumed thread holds all its old checkpoints or none), it verifies, its
+latest loads, its envelopes are the history's (``check_mirror``), a re-run of the operation
+completes, and nothing is left over (no temp file of an envelope write).
 
-Two kinds of test:
-
-- **crash points** (deterministic): a forked child runs the operation and exits just before its
-  n-th mutating system call (a torn write for writes), for n = 1, 2, ... until the operation
-  completes, so every crash point is reached, with no cleanup of the operation running;
-- **kills**: a child runs the operation on a large thread (copy and vacuum 400 checkpoints, delete
-  1,000 in the delta layout, 500 in tulip's) and gets SIGKILL at a random moment within the
-  operation's measured duration; ``TULIP_NB_RELIABILITY_ITERATIONS`` (default 20) / 4 kills per
-  operation and layout. The kills that landed mid-operation are recorded as figures
-  (``file_<op>_kills_mid_op_<layout>``, next to ``file_<op>_kills_<layout>``).
+A child runs the operation on a large thread (copy and vacuum 400 checkpoints, delete 1,000 in the
+history layout, 500 with every checkpoint projected) and gets SIGKILL at a random moment within the
+operation's measured duration; ``TULIP_NB_RELIABILITY_ITERATIONS`` (default 20) / 4 kills per
+operation and layout. The kills that landed mid-operation are recorded as figures
+(``file_<op>_kills_mid_op_<layout>``, next to ``file_<op>_kills_<layout>``). (The old engine's
+crash points, a child exiting before each of its Python-level writes, do not reach SQLite's own
+I/O; SQLite's atomicity under a power cut is ``test_file_power.py``'s.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import shutil
 import time
-import warnings
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,18 +32,17 @@ import pytest
 
 import tulip_nb.lab  # noqa: F401  (imported before the crash children fork: a lab fork starts fast)
 from tests.reliability import _ops_worker as worker
-from tulip_nb.core.errors import CheckpointConflict
 from tulip_nb.core.keys import PRUNED_KEY
 from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.integrity import verify_thread
 
 from .conftest import ITERATIONS, forkserver, kill, record_figure
 
-Layout = Literal["delta", "tulip"]
-LAYOUTS: list[Layout] = ["delta", "tulip"]
+Layout = Literal["history", "tulip"]
+LAYOUTS: list[Layout] = ["history", "tulip"]
 KILLS = max(2, ITERATIONS // 4)
 BIG_COPY = 400
-BIG_DELETE: dict[Layout, int] = {"delta": 1000, "tulip": 500}  # a tulip-layout save lists the directory
+BIG_DELETE: dict[Layout, int] = {"history": 1000, "tulip": 500}  # a tulip-layout save lists the directory
 
 
 # -- helpers ------------------------------------------------------------------------------------------
@@ -63,6 +59,12 @@ def _open(base: Path, layout: Layout) -> FileCheckpointer:
     return FileCheckpointer(base, layout=layout, fsync=False)
 
 
+async def _touch_all(cp: FileCheckpointer) -> None:
+    """A fresh open's first touch of every thread (which repairs its envelopes)."""
+    for thread in await cp.list_threads(limit=None):
+        await cp.list_checkpoint_infos(thread, 1)
+
+
 async def _ids(cp: FileCheckpointer, thread: str) -> list[str]:
     return await cp.list_checkpoints(thread, limit=None)
 
@@ -74,29 +76,8 @@ async def _verified(cp: FileCheckpointer, thread: str, last: int | None, label: 
     if last is not None:
         state = await cp.load(thread)
         assert state is not None and state.messages == worker.state_at(last).messages, f"{label}: latest of {thread}"
-    if cp.layout == "delta":
+    if True:
         assert cp.check_mirror(thread) == [], f"{label}: {thread}: {cp.check_mirror(thread)}"
-
-
-def _crash_points(template: Path, tmp: Path, body: Callable[[Path], Callable[[], Any]], check: Any) -> int:
-    """Crash the operation ``body(base)()`` before each of its mutations in turn; ``check(base, n)``
-    after each. Returns how many crash points there were."""
-    n = 0
-    while True:
-        n += 1
-        base = tmp / f"crash{n}"
-        shutil.copytree(template, base, symlinks=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads: the child runs no loop
-            pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            worker.crash_at(n, body(base))
-        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        assert code in (0, worker.CRASHED), f"crash point {n}: the operation failed (exit {code})"
-        asyncio.run(check(base, n))
-        if code == 0:
-            assert n > 3, "the operation made almost no mutation: the crash points are not exercised"
-            return n - 1
 
 
 def _template(tmp: Path, name: str, build: Callable[[Path], Awaitable[Any]]) -> tuple[Path, Any]:
@@ -105,15 +86,6 @@ def _template(tmp: Path, name: str, build: Callable[[Path], Awaitable[Any]]) -> 
 
 
 # -- copy ---------------------------------------------------------------------------------------------
-COPY_CASES = ["fresh", "neighbour", "same_dir"]
-"""The destination's directory: absent; holding another thread (``b#1`` next to ``b_1``); the
-source's own (``a_1`` copied to ``a#1``)."""
-
-
-def _copy_pair(case: str) -> tuple[str, str]:
-    return {"fresh": ("src", "dst"), "neighbour": ("src", "b#1"), "same_dir": ("a_1", "a#1")}[case]
-
-
 async def _copy_source(base: Path, layout: Layout, count: int) -> None:
     cp = _open(base, layout)
     await worker.fill(cp, "src", count)
@@ -126,7 +98,7 @@ async def _check_copy(base: Path, layout: Layout, source: str, dest: str, label:
     ``deep``: the copy is verified whole once, after the re-run, and the source by its listing."""
     limit = 10**6 if deep else 20
     cp = _open(base, layout)  # a fresh open, then a scan of every directory
-    await cp.list_threads()
+    await _touch_all(cp)
     assert not _leftovers(base), f"{label}: leftovers after a fresh open: {_leftovers(base)}"
     src = await cp.list_checkpoint_infos(source, limit=None)
     last = src[0].metadata["n"]
@@ -137,7 +109,8 @@ async def _check_copy(base: Path, layout: Layout, source: str, dest: str, label:
         ), f"{label}: a partial copy lists ({len(got)} of {len(src)})"
         await _verified(cp, dest, last, label, limit=limit)
     outcome = "whole" if got else "gone"
-    assert await cp.copy_thread(source, dest), f"{label}: the re-run failed"
+    if not got:  # a copy is one transaction: whole (done) or absent (run it again)
+        assert await cp.copy_thread(source, dest), f"{label}: the re-run failed"
     assert len(await _ids(cp, dest)) == len(src)
     await _verified(cp, dest, last, f"{label} (re-run)", limit=limit)
     assert await cp.list_checkpoint_infos(source, limit=None) == src, f"{label}: the source changed"
@@ -146,134 +119,6 @@ async def _check_copy(base: Path, layout: Layout, source: str, dest: str, label:
     await _verified(cp, "b_1", 51, f"{label} (neighbour)")
     assert not _leftovers(base), f"{label}: leftovers after the re-run: {_leftovers(base)}"
     return outcome
-
-
-@pytest.mark.parametrize("case", COPY_CASES)
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_copy_crash_points(tmp_path: Path, layout: Layout, case: str) -> None:
-    template, _ = _template(tmp_path, "template", lambda b: _copy_source(b, layout, 4))
-    source, dest = _copy_pair(case)
-    outcomes: list[str] = []
-
-    async def check(base: Path, n: int) -> None:
-        outcomes.append(await _check_copy(base, layout, source, dest, f"copy {layout}/{case} crash {n}"))
-
-    points = _crash_points(
-        template, tmp_path, lambda b: worker.operation(_open(b, layout), "copy", (source, dest)), check
-    )
-    assert outcomes.count("gone") >= 1 and outcomes[-1] == "whole", outcomes  # both sides of the commit
-    record_figure(f"file_copy_crash_points_{layout}", points)
-
-
-def test_rerun_of_a_committed_copy_is_done_and_a_different_dest_conflicts(tmp_path: Path) -> None:
-    async def run() -> None:
-        cp = _open(tmp_path, "delta")
-        await worker.fill(cp, "src", 3)
-        assert await cp.copy_thread("src", "dst")
-        assert await cp.copy_thread("src", "dst")  # a re-run: the copy is there already
-        assert len(await _ids(cp, "dst")) == 3
-        await cp.save(worker.state_at(9), "dst")
-        with pytest.raises(CheckpointConflict):
-            await cp.copy_thread("src", "dst")
-
-    asyncio.run(run())
-
-
-def test_a_live_copys_staging_is_never_cleaned(tmp_path: Path) -> None:
-    """A staging directory whose owner holds its lock survives every open and scan."""
-    from tulip_nb.memory.backends._file_crash import _Staging
-
-    async def run() -> None:
-        cp = _open(tmp_path, "tulip")
-        await worker.fill(cp, "b_1", 2)
-        in_base, in_dir = _Staging(cp, cp._base), _Staging(cp, cp.thread_dir("b_1"))
-        (in_dir.path / "x.json").write_bytes(b"{}")
-        fresh = _open(tmp_path, "tulip")
-        assert await fresh.list_threads() == ["b_1"]
-        assert in_base.path.is_dir() and in_dir.path.is_dir()
-        in_base.release()
-        in_dir.release()
-        again = _open(tmp_path, "tulip")  # own pid: a base staging waits for its age bound
-        await again.list_threads()
-        assert not in_dir.path.exists() and in_base.path.is_dir()
-        assert len(await _ids(again, "b_1")) == 2  # the uncommitted file was never seen
-        dead = tmp_path / ".tulip_nb_copy-4194303-0123.tmp"  # a pid above any in use
-        (dead / "sub").mkdir(parents=True)
-        (dead / ".lock").write_bytes(b"")
-        _open(tmp_path, "tulip")
-        assert not dead.exists()
-
-    asyncio.run(run())
-
-
-def test_temp_files_of_a_dead_or_zombie_writer_go_but_a_live_ones_stay(tmp_path: Path) -> None:
-    cp = _open(tmp_path, "delta")
-    asyncio.run(worker.fill(cp, "t", 1))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        zombie = os.fork()
-    if zombie == 0:  # pragma: no cover - the child exits at once and stays unreaped
-        os._exit(0)
-    try:
-        stat = Path(f"/proc/{zombie}/stat")
-        while stat.read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z":
-            time.sleep(0.01)
-        directory = cp.thread_dir("t")
-        names = {
-            "dead": ".x.json.4194303.1.tmp",
-            "zombie": f".x.json.{zombie}.1.tmp",
-            "live": f".x.json.{os.getppid()}.1.tmp",
-        }
-        for name in names.values():
-            (directory / name).write_bytes(b"half")
-        asyncio.run(_open(tmp_path, "delta").list_threads())
-        assert {k for k, n in names.items() if (directory / n).exists()} == {"live"}
-    finally:
-        os.waitpid(zombie, 0)
-
-
-def test_vacuum_never_deletes_a_save_made_after_its_listing(tmp_path: Path) -> None:
-    from tulip_nb.memory.backends import _file_threads
-
-    async def run() -> None:
-        cp = _open(tmp_path, "tulip")
-        await worker.fill(cp, "v", 3)
-        old = set(await _ids(cp, "v"))
-        await worker.fill(cp, "v", 1, start=3)  # lands between vacuum's listing and its delete
-        assert _file_threads._delete_if_only(cp, "v", cp.thread_dir("v"), old) is None
-        assert len(await _ids(cp, "v")) == 4
-
-    asyncio.run(run())
-
-
-# -- fork ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("how", ["agent", "lab"])
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_fork_crash_points(tmp_path: Path, layout: Layout, how: str) -> None:
-    template, _ = _template(tmp_path, "template", lambda b: worker.fill(_open(b, layout), "src", 4))
-    outcomes: list[str] = []
-
-    async def check(base: Path, n: int) -> None:
-        label = f"fork {layout}/{how} crash {n}"
-        cp = _open(base, layout)
-        await cp.list_threads()
-        assert not _leftovers(base), f"{label}: {_leftovers(base)}"
-        got = await _ids(cp, "fork")
-        assert len(got) <= 1, f"{label}: {got}"
-        if not got:
-            await worker._fork(cp, how, "src", "fork")  # the re-run completes
-        else:
-            with pytest.raises(CheckpointConflict):  # a fork that committed is there: never doubled
-                await worker._fork(cp, how, "src", "fork")
-        outcomes.append("whole" if got else "gone")
-        await _verified(cp, "fork", 3 if how == "agent" else None, label)
-        await _verified(cp, "src", 3, label)
-        assert not _leftovers(base), f"{label}: {_leftovers(base)}"
-
-    args = (how, "src", "fork")
-    points = _crash_points(template, tmp_path, lambda b: worker.operation(_open(b, layout), "fork", args), check)
-    assert "gone" in outcomes and outcomes[-1] == "whole", outcomes
-    record_figure(f"file_fork_crash_points_{layout}", points)
 
 
 # -- vacuum -------------------------------------------------------------------------------------------
@@ -306,7 +151,7 @@ async def _vacuum_thread(base: Path, layout: Layout, case: str, old: int, new: i
 async def _check_vacuum(base: Path, layout: Layout, cutoff: str, new: set[str], full: set[str], label: str) -> str:
     """After a crash: ``v`` holds all of ``full`` (nothing went) or exactly ``new`` (all old went)."""
     cp = _open(base, layout)
-    await cp.list_threads()
+    await _touch_all(cp)
     assert not _leftovers(base), f"{label}: leftovers after a fresh open: {_leftovers(base)}"
     infos = await cp.list_checkpoint_infos("v", limit=None)
     ids = {i.checkpoint_id for i in infos}
@@ -332,23 +177,6 @@ async def _vacuum_sets(template: Path, layout: Layout, cutoff: str) -> tuple[set
     return {i.checkpoint_id for i in infos if i.created_at >= when}, {i.checkpoint_id for i in infos}
 
 
-@pytest.mark.parametrize("case", VACUUM_CASES)
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_vacuum_crash_points(tmp_path: Path, layout: Layout, case: str) -> None:
-    if case in ("envelopes", "mixed") and layout == "tulip":
-        pytest.skip("the tulip layout writes envelopes only: the 'log' case is this one")
-    template, cutoff = _template(tmp_path, "template", lambda b: _vacuum_thread(b, layout, case, 3, 2))
-    new, full = asyncio.run(_vacuum_sets(template, layout, cutoff))
-    outcomes: list[str] = []
-
-    async def check(base: Path, n: int) -> None:
-        outcomes.append(await _check_vacuum(base, layout, cutoff, new, full, f"vacuum {layout}/{case} crash {n}"))
-
-    points = _crash_points(template, tmp_path, lambda b: worker.operation(_open(b, layout), "vacuum", (cutoff,)), check)
-    assert outcomes[0] == "none" and outcomes[-1] == "all", outcomes
-    record_figure(f"file_vacuum_crash_points_{layout}", points)
-
-
 # -- delete(thread) -----------------------------------------------------------------------------------
 async def _delete_store(base: Path, layout: Layout, count: int) -> None:
     cp = _open(base, layout)
@@ -359,7 +187,7 @@ async def _delete_store(base: Path, layout: Layout, count: int) -> None:
 
 async def _check_delete(base: Path, layout: Layout, thread: str, full: int, label: str) -> str:
     cp = _open(base, layout)
-    await cp.list_threads()
+    await _touch_all(cp)
     assert not _leftovers(base), f"{label}: leftovers after a fresh open: {_leftovers(base)}"
     got = len(await _ids(cp, thread))
     assert got in (0, full), f"{label}: {thread} is neither whole nor gone ({got} of {full})"
@@ -371,21 +199,6 @@ async def _check_delete(base: Path, layout: Layout, thread: str, full: int, labe
     assert await cp.load(thread) is None and thread not in await cp.list_threads()
     assert not _leftovers(base), f"{label}: leftovers after the re-run: {_leftovers(base)}"
     return "whole" if got else "gone"
-
-
-@pytest.mark.parametrize("thread", ["x", "a#1"])
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_delete_crash_points(tmp_path: Path, layout: Layout, thread: str) -> None:
-    template, _ = _template(tmp_path, "template", lambda b: _delete_store(b, layout, 4))
-    full = len(asyncio.run(_ids(_open(template, layout), thread)))
-    outcomes: list[str] = []
-
-    async def check(base: Path, n: int) -> None:
-        outcomes.append(await _check_delete(base, layout, thread, full, f"delete {layout}/{thread} crash {n}"))
-
-    points = _crash_points(template, tmp_path, lambda b: worker.operation(_open(b, layout), "delete", (thread,)), check)
-    assert outcomes[0] == "whole" and outcomes[-1] == "gone", outcomes
-    record_figure(f"file_delete_crash_points_{layout}", points)
 
 
 # -- kill -9 ------------------------------------------------------------------------------------------
@@ -479,7 +292,7 @@ def test_kill9_during_forks(tmp_path: Path, layout: Layout) -> None:
 
         async def check(lo: int = k * 1000, hi: int = started.value, label: str = label) -> None:
             cp = _open(base, layout)
-            await cp.list_threads()
+            await _touch_all(cp)
             assert not _leftovers(base), f"{label}: {_leftovers(base)}"
             for i in range(lo, hi):
                 got = await _ids(cp, f"fork-{i}")

@@ -1,10 +1,11 @@
 """Power cuts and kill -9 for the file store (issue 18, items 2 and 3).
 
-- Under ``strace``, a save with ``fsync=True`` is durable in the right order: the temp file is
-  written and fsynced, renamed into place, and then its directory is fsynced; a new thread's
-  directory is followed by an fsync of ``base_dir``; a delta append is ``fdatasync``-ed; a deleted
-  thread's tombstone rename is followed by an fsync of ``base_dir``. (``strace`` is an apt package
-  in CI; without it the test is skipped, or fails when ``TULIP_NB_REQUIRE_SERVICES`` is set.)
+- Under ``strace``, a save with ``fsync=True`` is durable in the right order: each save and the
+  delete sync SQLite's write-ahead log (``history.sqlite3-wal``, ``synchronous=FULL``) before
+  returning, and tulip's envelope (the projection, never fsynced: durability is the commit's) is
+  renamed into place only after the commit's sync. (``strace`` is an apt package in CI; without it
+  the test is skipped, or fails when ``TULIP_NB_REQUIRE_SERVICES`` is set.) Both file layouts: the
+  history, and ``layout="tulip"`` (every checkpoint projected).
 - A subprocess deleting threads of many checkpoints is killed (SIGKILL) at random moments; after
   each kill every thread is whole or gone, from a fresh process's point of view.
 """
@@ -32,7 +33,7 @@ from tulip_nb.memory.backends.file import FileCheckpointer
 
 from .conftest import ITERATIONS, record_figure, unavailable
 
-Layout = Literal["delta", "tulip"]
+Layout = Literal["history", "tulip"]
 
 _SAVE = """
 import asyncio, sys
@@ -93,26 +94,26 @@ def _is_rename(name: str) -> bool:
     return name in ("rename", "renameat", "renameat2")
 
 
-@pytest.mark.parametrize("layout", ["tulip", "delta"])
+@pytest.mark.parametrize("layout", ["history", "tulip"])
 def test_fsync_order_under_strace(tmp_path: Path, layout: Layout) -> None:
     base, ev = _trace(tmp_path, layout)
-    thread = str(base / "t")
-    # a new thread: mkdir(base/t) then fsync(base)
-    m = _index(ev, 0, lambda n, a: n in ("mkdir", "mkdirat") and thread in a)
-    _index(ev, m + 1, lambda n, a: n == "fsync" and a == [str(base)])
-    # an envelope write: write tmp -> fsync(tmp) -> rename(tmp, *.json) -> fsync(dir)
-    r = _index(ev, m, lambda n, a: _is_rename(n) and len(a) == 2 and a[0].endswith(".tmp") and a[1].endswith(".json"))
-    tmp = ev[r][1][0]
-    o = _index(ev, m, lambda n, a: n == "openat" and tmp in a)
-    f = _index(ev, o, lambda n, a: n == "fsync" and a == [tmp])
-    assert o < f < r, "the temp file must be written and fsynced before the rename"
-    d = _index(ev, r + 1, lambda n, a: n == "fsync" and a == [thread])
-    assert d > r
-    if layout == "delta":  # a delta append is fdatasync-ed
-        _index(ev, 0, lambda n, a: n == "fdatasync" and a == [thread + "/.tulip_nb_log"])
-    # the delete: rename(base/t, base/.tulip_nb_trash-*) -> fsync(base)
-    t = _index(ev, d, lambda n, a: _is_rename(n) and a[:1] == [thread] and "/.tulip_nb_trash-" in a[-1])
-    _index(ev, t + 1, lambda n, a: n == "fsync" and a == [str(base)])
+    wal = str(base / ".tulip_nb" / "history.sqlite3-wal")
+
+    def synced(n: str, a: list[str]) -> bool:
+        return n in ("fsync", "fdatasync") and a == [wal]
+
+    def projected(n: str, a: list[str]) -> bool:
+        return _is_rename(n) and len(a) == 2 and a[0].endswith(".tmp") and a[1].endswith(".json")
+
+    # the first save: its commit syncs the WAL, then tulip's envelope is renamed into place
+    w = _index(ev, 0, synced)
+    first = _index(ev, 0, projected)
+    assert w < first, "the envelope was published before the save's commit was on disk"
+    # the second save and the delete commit too, each syncing the WAL again
+    assert sum(1 for n, a in ev if synced(n, a)) >= 3, [e for e in ev if e[0] in ("fsync", "fdatasync")]
+    second = _index(ev, first + 1, projected)
+    _index(ev, first + 1, synced)
+    assert _index(ev, first + 1, synced) < second
 
 
 _DELETER = """
@@ -148,7 +149,7 @@ async def _whole(base: Path, layout: Layout, thread: str) -> tuple[int, str]:
     return len(infos), "" if state is None else str(state.messages[-1].content)
 
 
-@pytest.mark.parametrize("layout", ["delta", "tulip"])
+@pytest.mark.parametrize("layout", ["history", "tulip"])
 def test_kill9_during_delete_leaves_thread_whole_or_gone(tmp_path: Path, layout: Layout) -> None:
     template = tmp_path / "template"
     full = asyncio.run(_template(template, layout))

@@ -1,7 +1,9 @@
 """Honest verification: the attacks verify_thread used to pass, and the legitimate rewrites it must keep passing.
 
-Each attack runs on the memory store and on both file layouts (the delta layout, and ``layout="tulip"``
-with one envelope file per checkpoint, edited on disk where the attack is a hand edit).
+Each attack runs on the memory store and on both file layouts (the history layout, and ``layout="tulip"``,
+which also projects every checkpoint as tulip's envelope). An attack is a write through the store
+(``put_checkpoint``): on the file store, an envelope edited by hand is only the projection, never
+what tulip_nb loads or verifies (``test_integrity.py`` checks that ``check_mirror`` names it).
 """
 
 from __future__ import annotations
@@ -10,14 +12,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import orjson
 import pytest
 
 from tulip_nb.core import AgentState, Message
 from tulip_nb.core.keys import ALG_KEY, CREATED_AT_KEY, HASH_KEY, PARENT_HASH_KEY, SEQ_KEY
 from tulip_nb.memory._signing import ALG, ALG_V1, checkpoint_hash
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
-from tulip_nb.memory.backends._delta_file import DeltaFileCheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
 from tulip_nb.memory.integrity import verify_thread
 
@@ -31,7 +31,7 @@ def make(kind: str, tmp_path: Path) -> Callable[[], BaseCheckpointer]:
         return lambda: cp
     if kind == "file":
         return lambda: FileCheckpointer(tmp_path / "s", sign=True)
-    return lambda: FileCheckpointer(tmp_path / "s", layout="tulip")
+    return lambda: FileCheckpointer(tmp_path / "s", layout="tulip", sign=True)
 
 
 async def _thread(cp: BaseCheckpointer, n: int = 5, tid: str = "t", source: str = "final") -> list[CheckpointInfo]:
@@ -47,11 +47,6 @@ async def _load(cp: BaseCheckpointer, tid: str, cid: str) -> Checkpoint:
     ck = await cp.load_checkpoint(tid, cid)
     assert ck is not None
     return ck
-
-
-def _envelope(cp: BaseCheckpointer, tid: str, cid: str) -> Path:
-    assert isinstance(cp, DeltaFileCheckpointer)  # layout="tulip": one envelope per checkpoint
-    return cp.checkpoint_path(tid, cid)
 
 
 # -- what a signed save records ---------------------------------------------------------------
@@ -128,15 +123,8 @@ async def test_created_at_edit_is_a_mismatch(kind: str, tmp_path: Path) -> None:
     infos = await _thread(fresh())
     victim = infos[2]
     moved = victim.created_at + timedelta(microseconds=1)
-    if kind == "file-tulip":  # a hand edit of the envelope file
-        path = _envelope(fresh(), "t", victim.checkpoint_id)
-        env = orjson.loads(path.read_bytes())
-        assert datetime.fromisoformat(env["created_at"]) == victim.created_at
-        env["created_at"] = moved.isoformat()
-        path.write_bytes(orjson.dumps(env))
-    else:
-        ck = await _load(fresh(), "t", victim.checkpoint_id)
-        await fresh().put_checkpoint(Checkpoint(ck.checkpoint_id, "t", moved, ck.state, ck.metadata))
+    ck = await _load(fresh(), "t", victim.checkpoint_id)
+    await fresh().put_checkpoint(Checkpoint(ck.checkpoint_id, "t", moved, ck.state, ck.metadata))
     report = await verify_thread(fresh(), "t")
     assert not report.ok, report
     first = report.first_failure
@@ -151,16 +139,9 @@ async def test_an_older_checkpoint_copied_over_the_newest(kind: str, keep_time: 
     fresh = make(kind, tmp_path)
     infos = await _thread(fresh())
     older, newest = infos[2], infos[-1]
-    if kind == "file-tulip" and keep_time:  # cp older.json newest.json
-        cp = fresh()
-        src, dst = _envelope(cp, "t", older.checkpoint_id), _envelope(cp, "t", newest.checkpoint_id)
-        env = orjson.loads(src.read_bytes())
-        env["checkpoint_id"] = newest.checkpoint_id  # the file's own id, so the store lists it under the name
-        dst.write_bytes(orjson.dumps(env))
-    else:
-        ck = await _load(fresh(), "t", older.checkpoint_id)
-        when = older.created_at if keep_time else newest.created_at
-        await fresh().put_checkpoint(Checkpoint(newest.checkpoint_id, "t", when, ck.state, ck.metadata))
+    ck = await _load(fresh(), "t", older.checkpoint_id)
+    when = older.created_at if keep_time else newest.created_at
+    await fresh().put_checkpoint(Checkpoint(newest.checkpoint_id, "t", when, ck.state, ck.metadata))
     report = await verify_thread(fresh(), "t")
     assert not report.ok, report
     bad = report.failures
@@ -179,14 +160,7 @@ async def test_an_edited_checkpoint_with_its_hash_keys_stripped_fails(kind: str,
     ck = await _load(fresh(), "t", newest.checkpoint_id)
     ck.state.messages[-1] = Message.assistant("answer 4, edited")
     meta = {k: v for k, v in ck.metadata.items() if k not in (HASH_KEY, PARENT_HASH_KEY, ALG_KEY)}
-    if kind == "file-tulip":
-        path = _envelope(fresh(), "t", newest.checkpoint_id)
-        env = orjson.loads(path.read_bytes())
-        env["state"] = orjson.loads(ck.state.to_json_bytes())
-        env["metadata"] = meta
-        path.write_bytes(orjson.dumps(env))
-    else:
-        await fresh().put_checkpoint(Checkpoint(ck.checkpoint_id, "t", ck.created_at, ck.state, meta))
+    await fresh().put_checkpoint(Checkpoint(ck.checkpoint_id, "t", ck.created_at, ck.state, meta))
     report = await verify_thread(fresh(), "t")  # non-strict
     assert not report.ok, report
     first = report.first_failure
@@ -280,10 +254,10 @@ async def test_prune_vacuum_copy_and_export_verify(kind: str, tmp_path: Path) ->
     await _thread(fresh(), n=3, tid="src")
     assert await fresh().copy_thread("src", "dst")
     assert (await verify_thread(fresh(), "dst", expect=3)).counts() == {"ok": 3}
-    other = FileCheckpointer(tmp_path / "exported", layout="tulip")
+    other = FileCheckpointer(tmp_path / "exported", layout="tulip", sign=True)
     for info in sorted(await fresh().list_checkpoint_infos("src", None), key=lambda i: i.created_at):
         await other.put_checkpoint(await _load(fresh(), "src", info.checkpoint_id))
-    report = await verify_thread(FileCheckpointer(tmp_path / "exported", layout="tulip"), "src", expect=3)
+    report = await verify_thread(FileCheckpointer(tmp_path / "exported", layout="tulip", sign=True), "src", expect=3)
     assert report.ok and report.counts() == {"ok": 3}, report
 
 

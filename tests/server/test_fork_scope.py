@@ -6,7 +6,7 @@ fork's source thread) and ``copied_from`` (``{"thread_id", "checkpoint_id"}``). 
 caller sent them, so a value naming another principal's thread (its client id or its storage id
 ``"<principal>:<id>"``) names a thread of the caller's own that is not there. No link is made to
 the other principal's storage and nothing the caller sees depends on whether that thread exists.
-Checked on the memory store and on the file store in both layouts (delta, history), through the
+Checked on the memory store and on the file store in both layouts (history, tulip), through the
 real ASGI app in this process.
 """
 
@@ -27,7 +27,7 @@ from tulip_nb.server import AgentServer
 from .conftest import make_agent
 
 KEY_A, KEY_B = "alice-secret-key", "bob-secret-key"
-KINDS = ["memory", "delta", "history"]
+KINDS = ["memory", "history", "tulip"]
 CID = "f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0"
 STAMPS = ("created_at", "tulip_nb_created_at", "tulip_nb_hash", "tulip_nb_parent_hash", "tulip_nb_seq")
 """Save-metadata keys that differ between two runs of the same saves (time, and the hash over it)."""
@@ -71,25 +71,6 @@ async def _bob_thread(bob: httpx.AsyncClient) -> str:
     return cid
 
 
-def _delta(cp: BaseCheckpointer) -> Any:
-    """``cp``, the file store's old delta layout, whose forks link into other logs."""
-    assert getattr(cp, "layout", None) == "delta", cp
-    return cp
-
-
-def _links_into(cp: BaseCheckpointer, source: str) -> list[str]:
-    """The delta layout's record of the logs that use checkpoints of thread ``source``'s log."""
-    forks = _delta(cp).thread_dir(source) / ".tulip_nb_forks"
-    return forks.read_text().split() if forks.exists() else []
-
-
-def _foreign_bases(cp: BaseCheckpointer, thread: str) -> list[str]:
-    delta = _delta(cp)
-    log = delta._logs.get(delta.thread_dir(thread), thread)
-    assert log is not None
-    return [b.thread for b in log.foreign_bases()]  # each "<directory>/<log file>" of another thread
-
-
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("named", ["storage id", "client id"])
 async def test_forked_from_another_principals_thread_links_nothing(
@@ -109,9 +90,6 @@ async def test_forked_from_another_principals_thread_links_nothing(
     # stored as alice's storage id: never bob's thread
     stored = await cp.get_metadata(f"{ALICE}:mine")
     assert stored is not None and stored["forked_from"] == f"{ALICE}:{target}"
-    if kind == "delta":  # no fork record in bob's directory, no base in bob's log
-        assert _links_into(cp, f"{BOB}:secret") == []
-        assert _foreign_bases(cp, f"{ALICE}:mine") == []
     # bob deleting his thread changes nothing for alice
     assert (await bob.delete("/threads/secret")).json()["deleted"] is True
     r = await alice.get("/threads/mine/latest")
@@ -150,8 +128,6 @@ async def test_what_alice_sees_does_not_depend_on_whether_bobs_thread_exists(
         query = {"key": "source", "value": '"fork"'}
         rows = (await alice.get("/metadata-query", params=query)).json()["checkpoints"]
         answers.append(sorted((r["thread_id"], r["checkpoint_id"], clean(r["metadata"])) for r in rows))
-        if kind == "delta":
-            answers.append(_foreign_bases(cp, f"{ALICE}:fork"))
         seen.append(answers)
     assert seen[0] == seen[1]
     assert seen[0][0] == (201, {"checkpoint_id": CID, "thread_id": "fork"})
@@ -176,10 +152,6 @@ async def test_a_fork_of_the_callers_own_thread_is_a_fork_in_its_scope(
     assert (await alice.get("/threads/b/metadata")).json()["metadata"]["forked_from"] == "a"
     stored = await cp.get_metadata(f"{ALICE}:b")
     assert stored is not None and stored["forked_from"] == f"{ALICE}:a"
-    if kind == "delta":  # the delta layout shares the history inside alice's scope, as a fork should
-        delta = _delta(cp)
-        ref_a, ref_b = (delta._logs.ref(delta.thread_dir(t), t) for t in (f"{ALICE}:a", f"{ALICE}:b"))
-        assert _foreign_bases(cp, f"{ALICE}:b") == [ref_a] and _links_into(cp, f"{ALICE}:a") == [ref_b]
     # alice finds her forks of "a" by the id she knows; bob finds none by alice's ids of any form
     q = {"key": "forked_from", "value": '"a"'}
     hits = (await alice.get("/metadata-query", params=q)).json()["checkpoints"]

@@ -98,7 +98,7 @@ def test_section_runs_without_peers(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     o = bc.measure(tmp_path, 1, 1, sys.executable, turns=2)
     keys = list(o.rounds[0])
     assert bc.SESSION not in keys and bc.GRAPH not in keys
-    assert {bc.HISTORY, bc.DELTA, bc.TULIP, bc.FLOOR} <= set(keys)
+    assert {bc.HISTORY, bc.HISTORY_OFF, bc.TULIP, bc.FLOOR} <= set(keys)
     assert all(len(c.times) == len(o.work.saves) for c in o.rounds[0].values())
     text = "\n".join(bc.tables(o))
     assert "peers not measured" in text

@@ -33,6 +33,7 @@ from tulip_nb.core import iso_offset
 from tulip_nb.core.keys import MESSAGES_KEY, MIRROR_KEY
 from tulip_nb.memory.backends import file_convert
 from tulip_nb.memory.backends._history_file import HistoryFileCheckpointer
+from tulip_nb.memory.backends._legacy_delta import LegacyStore
 from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.backends.file_convert import convert_to_history
 from tulip_nb.memory.history import PROJECTION_KEY
@@ -84,6 +85,22 @@ def problems_in(cp: Any, thread_id: str) -> list[str]:
         if ck is None or seen(ck) != recorded(row):
             out.append(f"{row['checkpoint_id']}: differs")
     return out
+
+
+class OldReader:
+    """The old layouts read by id through the converter's read-only reader (the delta engine is gone)."""
+
+    def __init__(self, base: Path) -> None:
+        self.store = LegacyStore(base.resolve())
+
+    async def load_checkpoint(self, thread_id: str, checkpoint_id: str) -> Any:
+        for entry in self.store.entries(thread_id):
+            if entry.info.checkpoint_id == checkpoint_id:
+                return self.store.load(thread_id, entry)
+        return None
+
+    async def close(self) -> None:
+        self.store.close()
 
 
 def tulip_envelopes(base: Path) -> dict[str, str]:
@@ -236,7 +253,7 @@ def run_killed(base: Path, monkeypatch: pytest.MonkeyPatch, event: str, nth: int
 def assert_every_thread_whole(base: Path, *, in_history: bool) -> None:
     """Each thread reads whole, as recorded, through the old engine or the history layout (or
     through the history layout, for every thread, once the removal phase began)."""
-    old, hist = FileCheckpointer(base, layout="delta"), HistoryFileCheckpointer(base)
+    old, hist = OldReader(base), HistoryFileCheckpointer(base)
     hist.allow_legacy = True  # mid-conversion: a thread's old files may still be there
     try:
         for thread_id in THREADS:
@@ -354,7 +371,7 @@ def test_a_failing_history_write_leaves_the_old_store_as_it_was(
     with pytest.raises(OSError, match="No space"):
         convert_to_history(base)
     monkeypatch.undo()
-    old = FileCheckpointer(base, layout="delta")
+    old = OldReader(base)
     assert all(problems_in(old, t) == [] for t in THREADS)
     run_sync(old.close())
     convert_to_history(base)
@@ -384,7 +401,7 @@ def test_a_checkpoint_that_reads_back_differently_refuses_its_thread(
     assert (base / "pruned" / ".tulip_nb_log").exists()  # its old files stay
     assert {r.status for t, r in done.items() if t != "pruned"} <= {"converted", "already"}
     monkeypatch.undo()
-    old = FileCheckpointer(base, layout="delta")
+    old = OldReader(base)
     assert problems_in(old, "pruned") == []
     run_sync(old.close())
 
@@ -422,7 +439,7 @@ def test_envelope_extras_refuse_the_thread_and_keep_it_as_it_was(tmp_path: Path)
     assert run_sync(hist.store.rows("tulip-layout")) == []  # nothing of it written
     run_sync(hist.close())
     assert all(r.status == "converted" or r.status == "already" for t, r in done.items() if t != "tulip-layout")
-    old = FileCheckpointer(base, layout="tulip")
+    old = OldReader(base)
     assert run_sync(old.load_checkpoint("tulip-layout", obj["checkpoint_id"])).extra == {"x_review": {"by": "ops"}}
     run_sync(old.close())
     r = cli(str(base))
@@ -435,7 +452,7 @@ def test_a_source_converted_alone_keeps_the_log_its_forks_use(tmp_path: Path) ->
     assert messy.status == "pending" and messy.converted == len(THREADS["messy"]["checkpoints"])
     assert "messy-fork-0" in messy.detail or "base of forks" in messy.detail
     assert (base / "messy" / ".tulip_nb_log").exists()
-    old = FileCheckpointer(base, layout="delta")
+    old = OldReader(base)
     assert problems_in(old, "messy-fork-0") == [] and problems_in(old, "messy") == []
     run_sync(old.close())
     (fork,) = convert_to_history(base, ["messy-fork-0"])  # a dependent goes first: its log may go

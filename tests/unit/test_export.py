@@ -165,20 +165,18 @@ import asyncio, os, sys
 from tulip_nb.lab import export_threads
 from tulip_nb.memory.backends import FileCheckpointer
 
-dest = FileCheckpointer(sys.argv[2], layout="tulip")  # one atomic file write per checkpoint
+dest = FileCheckpointer(sys.argv[2], layout="tulip")  # one SQLite commit (and one envelope) per checkpoint
 die_at, calls = int(sys.argv[3]), 0
-write = dest._write_atomic
+save = dest.store.save_sync
 
-def dying_write(path, data):
+def dying_save(thread_id, plan):
     global calls
     calls += 1
-    if calls == die_at:  # half a checkpoint on disk (the temp file), then the process is gone
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(b"".join(bytes(c) for c in data)[:100])
+    if calls == die_at:  # killed inside a save, before its commit
         os._exit(9)
-    write(path, data)
+    return save(thread_id, plan)
 
-dest._write_atomic = dying_write
+dest.store.save_sync = dying_save
 export_threads(FileCheckpointer(sys.argv[1]), dest, progress=False, concurrency=3)
 """
 
@@ -201,10 +199,9 @@ async def test_killed_midway_then_resumed_loses_and_duplicates_nothing(tmp_path:
     dst = FileCheckpointer(dest_dir, layout="tulip")
     partial = {t: await dst.list_checkpoints(t, limit=100) for t in threads}
     done = sum(len(v) for v in partial.values())
-    # only complete checkpoints: the torn 21st write is invisible (up to two writes of the other
-    # threads in flight at the kill may not have landed either)
+    # only committed checkpoints: the 21st save never committed (up to two saves of the other
+    # threads in flight at the kill may not have either)
     assert 18 <= done <= 20
-    assert list(dest_dir.rglob(".*.tmp"))  # the torn write is there, under a name nobody reads
     for t, ids in partial.items():  # each thread holds an oldest-first prefix of its history
         full = (await src.list_checkpoints(t, limit=100))[::-1]
         assert ids[::-1] == full[: len(ids)]

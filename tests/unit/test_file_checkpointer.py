@@ -58,7 +58,7 @@ async def test_envelope_layout_is_tulips(tmp_path: Path) -> None:
     assert env["thread_id"] == "user/42:chat #1"
     assert env["created_at"].endswith("+00:00")
     assert env["state"]["started_at"].endswith("Z")
-    assert set(env) == {"checkpoint_id", "thread_id", "created_at", "metadata", "state"}
+    assert set(env) == {"checkpoint_id", "thread_id", "created_at", "metadata", "state", "tulip_nb_projection"}
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
 
 
@@ -70,21 +70,32 @@ def test_safe_name_matches_tulip_and_bounds_length() -> None:
     assert long != safe_name("é" * 499)
 
 
-async def test_corrupt_file_explicit_load_names_it(tmp_path: Path) -> None:
+async def test_a_torn_envelope_is_repaired_and_a_torn_tulip_one_named(tmp_path: Path) -> None:
+    """The envelopes are a projection: one torn by a crash is rewritten from the history by the next
+    instance; one tulip wrote (no projection mark) is the only copy, so loading it names the file."""
     cp = FileCheckpointer(tmp_path, layout="tulip")
     good = await cp.save(full_state(marker="good"), "t")
     bad = await cp.save(full_state(marker="bad"), "t")
     path = tmp_path / "t" / f"{bad}.json"
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])  # truncated: header intact, body cut
+    whole = path.read_bytes()
+    path.write_bytes(b"")  # what a power cut leaves of a file renamed into place before its data was on disk
     fresh = FileCheckpointer(tmp_path, layout="tulip")
+    state = await fresh.load("t", bad)
+    assert state is not None and state.messages[1].content == "question 0 bad"
+    assert path.read_bytes() == whole and fresh.check_mirror("t") == []
+    raw = orjson.loads(whole)
+    del raw["tulip_nb_projection"]
+    raw.update(checkpoint_id="theirs", created_at="2099-01-01T00:00:00+00:00")
+    theirs = tmp_path / "t" / "theirs.json"
+    data = orjson.dumps(raw)
+    theirs.write_bytes(data[: len(data) // 2])
+    other = FileCheckpointer(tmp_path, layout="tulip")
     with pytest.raises(CheckpointCorrupt) as err:
-        await fresh.load("t", bad)
-    assert err.value.path == str(path)
+        await other.load("t", "theirs")
+    assert err.value.path == str(theirs)
     with pytest.warns(RuntimeWarning, match="unreadable checkpoint"):
-        state = await fresh.load("t")
-    assert state is not None and state.messages[1].content == "question 0 good"
-    assert await fresh.list_checkpoints("t") == [good]  # never chosen again
+        latest = await other.load_checkpoint("t")
+    assert latest is not None and latest.checkpoint_id == bad  # never chosen
     assert good
 
 
@@ -126,15 +137,23 @@ async def test_sees_checkpoints_written_by_another_instance(tmp_path: Path) -> N
     assert await a.list_checkpoints("t") == [first]
 
 
-async def test_copy_into_a_shared_directory_mints_new_ids(tmp_path: Path) -> None:
+async def test_copy_into_a_shared_directory_keeps_both_threads_apart(tmp_path: Path) -> None:
+    """A copy is rows on the same entries (same checkpoint ids, new thread): both threads list and
+    load their own. (tulip itself reads one envelope per file name in a directory two ids share.)"""
     cp = FileCheckpointer(tmp_path, layout="tulip")
     first = await cp.save(full_state(), "a#1")
-    second = await cp.save(full_state(), "a#1")
+    second = await cp.save(full_state(marker="2"), "a#1")
     await cp.copy_thread("a#1", "a_1")
     infos = await cp.list_checkpoint_infos("a_1")
-    assert len(infos) == 2 and {i.checkpoint_id for i in infos}.isdisjoint({first, second})
+    assert [i.checkpoint_id for i in infos] == [second, first]
+    assert all(i.metadata["copied_from"]["thread_id"] == "a#1" for i in infos)
     assert infos[0].parent_checkpoint_id == infos[1].checkpoint_id
     assert await cp.list_checkpoints("a#1") == [second, first]
+    fresh = FileCheckpointer(tmp_path, layout="tulip")
+    for thread_id in ("a#1", "a_1"):
+        loaded = await fresh.load_checkpoint(thread_id, second)
+        assert loaded is not None and loaded.thread_id == thread_id
+        assert loaded.state.to_json_bytes() == full_state(marker="2").to_json_bytes()
 
 
 CAS_SCRIPT = textwrap.dedent(
@@ -217,22 +236,27 @@ async def test_appending_saves_reuse_the_joined_history(tmp_path: Path) -> None:
     assert loaded_u is not None and loaded_u.model_dump() == other.model_dump()
 
 
-async def test_persistent_index_serves_a_fresh_process(tmp_path: Path) -> None:
+async def test_a_fresh_instance_sees_every_checkpoint_and_tulip_s_own(tmp_path: Path) -> None:
     cp = FileCheckpointer(tmp_path, layout="tulip")
     ids = [await cp.save(full_state(marker=str(i)), "t", metadata={"i": i}) for i in range(5)]
-    index = tmp_path / "t" / ".tulip_nb_index"
-    assert len(index.read_bytes().splitlines()) == 5
+    assert sorted(p.stem for p in (tmp_path / "t").glob("*.json")) == sorted(ids)  # one envelope each
     await cp.delete("t", ids[-1])
-    index.write_bytes(index.read_bytes() + b'{"f": "torn')  # a crash mid-append
+    assert sorted(p.stem for p in (tmp_path / "t").glob("*.json")) == sorted(ids[:-1])
     fresh = FileCheckpointer(tmp_path, layout="tulip")
     infos = await fresh.list_checkpoint_infos("t")
     assert [i.checkpoint_id for i in infos] == ids[-2::-1]
     assert caller_metadata(infos[0].metadata) == {"i": 3, "parent_checkpoint_id": ids[2]}
-    # files the index does not know (another writer, e.g. tulip) are still found
+    # files tulip writes (no projection mark) are found, and replaced ones read again
     raw = orjson.loads((tmp_path / "t" / f"{ids[0]}.json").read_bytes())
+    del raw["tulip_nb_projection"]
     raw.update(checkpoint_id="foreign", created_at="2099-01-01T00:00:00+00:00")
     (tmp_path / "t" / "foreign.json").write_bytes(orjson.dumps(raw))
-    assert (await FileCheckpointer(tmp_path, layout="tulip").list_checkpoints("t"))[0] == "foreign"
+    assert (await fresh.list_checkpoints("t"))[0] == "foreign"
+    raw["metadata"] = {"edited": True}
+    tmp = tmp_path / "t" / ".foreign.json.tmp"
+    tmp.write_bytes(orjson.dumps(raw))
+    tmp.rename(tmp_path / "t" / "foreign.json")  # tulip's own rewrite: temp file + rename
+    assert (await fresh.list_checkpoint_infos("t"))[0].metadata == {"edited": True}
 
 
 async def test_index_does_not_keep_a_deleted_thread_directory(tmp_path: Path) -> None:

@@ -1,205 +1,211 @@
-"""tulip-nb convert: delta <-> tulip layouts (convert_thread), and to the history layout on stores this
-engine writes (convert_to_history): verified, re-runnable, forks kept."""
+"""tulip-nb convert on old stores beyond the committed fixture: what an old-release writer or a crash
+left (read by the read-only reader of the delta layout as the old engine finished it), links,
+damage, and the layout switch of ``FileCheckpointer``.
+
+The stores are the previous release's (``tests/data/legacy_store/``, see
+``tests/unit/test_convert_history.py``), changed by hand or with the few records
+``tests/legacy_writer.py`` appends in that release's format.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
+import json
+import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
-from tulip_nb.agent import Agent
-from tulip_nb.core.errors import CheckpointCorrupt
+from tests.legacy_writer import PRUNE, append, record, snapshot
+from tests.unit.test_convert_history import OLD_FILES, THREADS, OldReader, legacy_store, problems_in
+from tulip_nb._sync import run_sync
+from tulip_nb.core.errors import UserError
 from tulip_nb.memory.backends import file_convert as _file_convert
-from tulip_nb.memory.backends._history_file import HistoryFileCheckpointer
+from tulip_nb.memory.backends._legacy_delta import LegacyStore
 from tulip_nb.memory.backends.file import FileCheckpointer
-from tulip_nb.memory.backends.file_convert import convert_thread, convert_to_history
+from tulip_nb.memory.backends.file_convert import convert_to_history
 from tulip_nb.memory.checkpointer import Checkpoint
 from tulip_nb.memory.integrity import verify_thread
-from tulip_nb.models import ScriptedModel, text, tool_call
 
 
-def lookup(order_id: str) -> str:
-    """Look up an order.
-
-    Args:
-        order_id: The order id.
-    """
-    return f"{order_id}: delivered"
+def latest_of(base: Path, thread_id: str) -> Checkpoint:
+    ck = run_sync(OldReader(base).load_checkpoint(thread_id, THREADS[thread_id]["latest"]))
+    assert ck is not None
+    return ck
 
 
-def _build(base: Path) -> None:
-    async def go() -> None:
-        script: list[Any] = []
-        for t in range(4):
-            script += [tool_call("lookup", order_id=f"o-{t}-{k}") for k in range(2)] + [text(f"answer {t}")]
-        cp = FileCheckpointer(base, layout="delta")
-        agent = Agent(
-            ScriptedModel([*script, text("fork answer")]), [lookup], checkpointer=cp, checkpoint_every_n_iterations=1
-        )
-        for t in range(4):
-            await agent.run(f"question {t}", thread_id="t")
-        await agent.fork("t", new_thread_id="t-fork")
-        await agent.run("and the fork?", thread_id="t-fork")
-
-    asyncio.run(go())
+def later(ck: Checkpoint, cid: str, **meta: Any) -> Checkpoint:
+    kept = {k: v for k, v in ck.metadata.items() if not k.startswith("tulip_nb_")}  # no signature to forge
+    metadata = {**kept, "parent_checkpoint_id": ck.checkpoint_id, **meta}
+    return Checkpoint(cid, ck.thread_id, ck.created_at + timedelta(seconds=1), ck.state, metadata)
 
 
-def _view(base: Path, thread_id: str) -> list[tuple[Any, ...]]:
-    async def go() -> list[tuple[Any, ...]]:
-        cp = FileCheckpointer(base, layout="delta")
-        out = []
-        for info in await cp.list_checkpoint_infos(thread_id, None):
-            ck = await cp.load_checkpoint(thread_id, info.checkpoint_id)
-            assert ck is not None
-            out.append((info.checkpoint_id, info.created_at, dict(info.metadata), ck.state.to_json_bytes()))
-        assert (await verify_thread(cp, thread_id)).ok
-        return out
-
-    return asyncio.run(go())
+def rows(base: Path, thread_id: str) -> list[str]:
+    hist = FileCheckpointer(base)
+    try:
+        return [r.checkpoint_id for r in run_sync(hist.store.rows(thread_id))]
+    finally:
+        run_sync(hist.close())
 
 
-def _envelopes(base: Path, thread_id: str) -> int:
-    return len(list((base / thread_id).glob("*.json")))
+def no_old_files(base: Path) -> bool:
+    return not [p for p in base.rglob("*") if p.name.startswith((*OLD_FILES, ".tulip_nb_trash", ".tulip_nb_copy"))]
 
 
-def test_round_trip_between_layouts(tmp_path: Path) -> None:
-    base = tmp_path / "threads"
-    _build(base)
-    before = {t: _view(base, t) for t in ("t", "t-fork")}
-    assert _envelopes(base, "t") == 1 and (base / "t" / ".tulip_nb_log").exists()
-    cp = FileCheckpointer(base, layout="tulip")
-    done = convert_thread(cp, "t", "tulip")
-    assert done.converted == done.checkpoints == len(before["t"]) > 10
-    assert not (base / "t" / ".tulip_nb_log").exists() and _envelopes(base, "t") == len(before["t"])
-    assert _view(base, "t") == before["t"]
-    assert _view(base, "t-fork") == before["t-fork"]  # its base log is gone: it was made to stand alone
-    again = convert_thread(cp, "t", "tulip")
-    assert again.converted == 0 and again.checkpoints == len(before["t"])
-    back = convert_thread(FileCheckpointer(base, layout="delta"), "t", "delta")
-    assert back.converted == len(before["t"]) and _envelopes(base, "t") == 1
-    assert _view(base, "t") == before["t"]
+def test_the_delta_layout_is_refused_with_the_convert_command(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"tulip-nb convert .*history layout"):
+        FileCheckpointer(tmp_path, layout="delta")  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="'history' or 'tulip'"):
+        FileCheckpointer(tmp_path, layout="json")  # type: ignore[arg-type]
+    base = legacy_store(tmp_path / "old")
+    with pytest.raises(UserError, match="tulip-nb convert"):  # a directory the old layout wrote
+        run_sync(FileCheckpointer(base).load("pruned"))
 
 
-def test_a_conversion_that_stops_midway_leaves_a_whole_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    base = tmp_path / "threads"
-    _build(base)
-    before = _view(base, "t")
-    convert_thread(FileCheckpointer(base, layout="tulip"), "t", "tulip")
-    real, calls = _file_convert._check, {"n": 0}
-
-    def failing(written: Any, source: Any, where: str) -> None:
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise CheckpointCorrupt("injected", path=where)
-        real(written, source, where)
-
-    monkeypatch.setattr(_file_convert, "_check", failing)
-    with pytest.raises(CheckpointCorrupt, match="injected"):
-        convert_thread(FileCheckpointer(base, layout="delta"), "t", "delta")
-    assert _view(base, "t") == before  # half in the log, half in envelopes: listed once, whole
-    monkeypatch.setattr(_file_convert, "_check", real)
-    convert_thread(FileCheckpointer(base, layout="delta"), "t", "delta")
-    assert _view(base, "t") == before and _envelopes(base, "t") == 1
-
-
-def test_cli(tmp_path: Path) -> None:
-    base = tmp_path / "threads"
-    _build(base)
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "tulip_nb.cli", "convert", *args],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    r = cli(str(base), "--to", "tulip")
-    assert r.returncode == 0, r.stderr
-    assert sorted(ln.split(":")[0] for ln in r.stdout.splitlines()) == ["t", "t-fork"]
-    assert "verified" in r.stdout and "2 thread(s) in the tulip layout" in r.stderr
-    r = cli(str(base), "t", "--to", "delta")
-    assert r.returncode == 0 and r.stdout.startswith("t: ") and "converted" in r.stdout
-    r = cli(str(base), "nope", "--to", "delta")
-    assert r.returncode == 2 and "no such thread" in r.stderr
-    r = cli(str(tmp_path / "missing"), "--to", "delta")
-    assert r.returncode == 2 and "no such directory" in r.stderr
-
-
-# -- to the history layout, on stores this engine writes (tests/unit/test_convert_history.py runs
-# the committed store of the previous release, which needs no writer) ------------------------------
-
-
-def test_to_history_refuses_a_thread_whose_log_holds_envelope_extras(tmp_path: Path) -> None:
-    base = tmp_path / "threads"
-    _build(base)
-    before = {t: _view(base, t) for t in ("t", "t-fork")}
-    cp = FileCheckpointer(base, layout="delta")
-    latest = asyncio.run(cp.load_checkpoint("t"))
-    assert latest is not None
-    extra = Checkpoint("imported-1", "t", latest.created_at, latest.state, {"source": "import"}, {"x_origin": "s3"})
-    asyncio.run(cp.put_checkpoint(extra))  # an envelope key, kept in the log record
+def test_a_log_record_with_envelope_extras_refuses_its_thread(tmp_path: Path) -> None:
+    base = legacy_store(tmp_path)
+    extra = later(latest_of(base, "pruned"), "imported-1", source="import")
+    append(base / "pruned" / ".tulip_nb_log", "pruned", snapshot(extra, {"x_origin": "s3"}))
     done = {r.thread_id: r for r in convert_to_history(base)}
-    assert done["t"].status == "refused" and "x_origin" in done["t"].detail and "imported-1" in done["t"].detail
-    assert done["t-fork"].status == "converted"
-    hist = HistoryFileCheckpointer(base)
-    assert asyncio.run(hist.store.rows("t")) == []  # nothing of it was written
-    assert (base / "t" / ".tulip_nb_log").exists()  # and its log, which the fork used, stays
-    asyncio.run(hist.close())
-    assert asyncio.run(FileCheckpointer(base, layout="delta").load_checkpoint("t", "imported-1")).extra == {
-        "x_origin": "s3"
-    }
-    assert [v for v in _view(base, "t") if v[0] != "imported-1"] == before["t"]
+    assert done["pruned"].status == "refused" and "x_origin" in done["pruned"].detail
+    assert "imported-1" in done["pruned"].detail and rows(base, "pruned") == []
+    assert (base / "pruned" / ".tulip_nb_log").exists()
+    assert run_sync(OldReader(base).load_checkpoint("pruned", "imported-1")).extra == {"x_origin": "s3"}
+    assert {r.status for t, r in done.items() if t != "pruned"} <= {"converted", "already"}
 
 
-def test_to_history_keeps_a_save_made_between_the_phases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An old-release writer saving after the thread was verified: its log is kept, a re-run takes it."""
-    base = tmp_path / "threads"
-    _build(base)
+def test_a_save_made_between_the_phases_keeps_the_log_and_a_rerun_takes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = legacy_store(tmp_path)
+    late = later(latest_of(base, "pruned"), "late-1", source="answer")
 
-    def late_save(event: str, thread_id: str, what: str = "") -> None:
+    def old_writer(event: str, thread_id: str, what: str = "") -> None:
         if event == "phase2":
-            cp = FileCheckpointer(base, layout="delta")
-            state = asyncio.run(cp.load("t"))
-            assert state is not None
-            asyncio.run(cp.save(state, "t", metadata={"source": "late"}, checkpoint_id="late-1"))
+            append(base / "pruned" / ".tulip_nb_log", "pruned", snapshot(late))
 
-    monkeypatch.setattr(_file_convert, "_step", late_save)
+    monkeypatch.setattr(_file_convert, "_step", old_writer)
     done = {r.thread_id: r for r in convert_to_history(base)}
-    assert done["t"].status == "pending" and "changed in the old store" in done["t"].detail
-    assert (base / "t" / ".tulip_nb_log").exists()
+    assert done["pruned"].status == "pending" and "changed in the old store" in done["pruned"].detail
+    assert (base / "pruned" / ".tulip_nb_log").exists()
     monkeypatch.undo()
     again = {r.thread_id: r for r in convert_to_history(base)}
-    assert again["t"].status == "converted" and again["t"].converted == 1
-    assert not (base / "t" / ".tulip_nb_log").exists()
+    assert again["pruned"].status == "converted" and again["pruned"].converted == 1
+    assert no_old_files(base)
     hist = FileCheckpointer(base)
-    latest = asyncio.run(hist.load_checkpoint("t"))
+    latest = run_sync(hist.load_checkpoint("pruned"))
     assert latest is not None and latest.checkpoint_id == "late-1"
-    assert asyncio.run(verify_thread(hist, "t")).ok
-    asyncio.run(hist.close())
+    assert latest.state.to_json_bytes() == late.state.to_json_bytes()
+    assert run_sync(verify_thread(hist, "pruned")).ok
+    run_sync(hist.close())
 
 
-def test_cli_converts_to_history_by_default(tmp_path: Path) -> None:
-    base = tmp_path / "threads"
-    _build(base)
-    n = {t: len(_view(base, t)) for t in ("t", "t-fork")}
-    r = subprocess.run(
-        [sys.executable, "-m", "tulip_nb.cli", "convert", str(base)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [
-        f"t: {n['t']} checkpoint(s), {n['t']} converted, {n['t']} verified, 4 old file(s) removed; converted",
-        f"t-fork: {n['t-fork']} checkpoint(s), {n['t-fork']} converted, {n['t-fork']} verified,"
-        " 3 old file(s) removed; converted",
-    ]
-    assert not list(base.rglob(".tulip_nb_log*"))
+def test_a_committed_drop_a_crash_interrupted_is_read_as_finished(tmp_path: Path) -> None:
+    base = legacy_store(tmp_path)
+    first, *rest = [r["checkpoint_id"] for r in THREADS["messy"]["checkpoints"]][::-1]  # oldest first
+    tomb = base / "messy" / ".tulip_nb_trash-0badc0de"
+    tomb.mkdir()
+    (tomb / ".drop").write_text(json.dumps({"thread_id": "messy", "files": {}, "logged": [first]}))
+    (base / "pruned" / ".tulip_nb_trash-feedface").mkdir()  # never committed: nothing went
+    assert first not in [e.info.checkpoint_id for e in LegacyStore(base).entries("messy")]
+    done = {r.thread_id: r for r in convert_to_history(base)}
+    assert {r.status for r in done.values()} <= {"converted", "already"}, done
+    assert sorted(rows(base, "messy")) == sorted(rest)
+    assert sorted(rows(base, "pruned")) == sorted(r["checkpoint_id"] for r in THREADS["pruned"]["checkpoints"])
+    assert no_old_files(base)
+
+
+def test_a_committed_copy_and_an_interrupted_shared_delete_are_read_as_finished(tmp_path: Path) -> None:
+    base = legacy_store(tmp_path)
+    directory = base / "support-copy"
+    staging = directory / ".tulip_nb_copy-4242-beef.tmp"
+    staging.mkdir()
+    for p in list(directory.iterdir()):
+        if p.name == ".tulip_nb_log" or p.suffix == ".json":
+            p.rename(staging / p.name)  # the copy committed, its files not moved in yet
+    (staging / ".thread").write_text("support-copy")
+    tomb = base / "shared_1" / ".tulip_nb_trash-d00d"
+    tomb.mkdir()
+    (tomb / ".thread").write_text("shared#1")  # its delete committed, its files not moved out yet
+    done = {r.thread_id: r for r in convert_to_history(base)}
+    assert "shared#1" not in done and done["support-copy"].status == "converted"
+    hist = FileCheckpointer(base)
+    assert problems_in(hist, "support-copy") == [] and problems_in(hist, "shared_1") == []
+    assert run_sync(hist.list_checkpoint_infos("shared#1")) == []
+    run_sync(hist.close())
+    assert no_old_files(base)
+
+
+def test_a_torn_tail_is_no_checkpoint_and_a_damaged_middle_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    base = legacy_store(tmp_path)
+    log = base / "orphan" / ".tulip_nb_log"
+    torn = later(latest_of(base, "orphan"), "torn-1")
+    append(log, "orphan", snapshot(torn)[:-7])  # a crash mid-append
+    assert [e.info.checkpoint_id for e in LegacyStore(base).entries("orphan")][-1] == THREADS["orphan"]["latest"]
+    pruned = base / "pruned" / ".tulip_nb_log"
+    append(pruned, "pruned", b"\xd7\x1bnot a record", record(PRUNE, {"ids": []}))
+    with pytest.warns(RuntimeWarning, match="unreadable bytes"):
+        done = {r.thread_id: r for r in convert_to_history(base)}
+    assert done["orphan"].status == done["pruned"].status == "converted"
+    hist = FileCheckpointer(base)
+    assert problems_in(hist, "orphan") == [] and problems_in(hist, "pruned") == []
+    assert "torn-1" not in rows(base, "orphan")
+    run_sync(hist.close())
+
+
+def test_a_flipped_byte_in_a_delta_refuses_its_thread(tmp_path: Path) -> None:
+    base = legacy_store(tmp_path)
+    log = base / "messy" / ".tulip_nb_log"
+    data = bytearray(log.read_bytes())
+    data[-40] ^= 0x01  # the newest record's body: it fails its checksum
+    log.write_bytes(bytes(data))
+    done = {r.thread_id: r for r in convert_to_history(base, ["messy"])}
+    assert done["messy"].status == "refused" and "checksum" in done["messy"].detail
+    assert rows(base, "messy") == [] and log.read_bytes() == bytes(data)
+
+
+@pytest.mark.parametrize("how", ["symlink", "hardlink"])
+def test_a_linked_log_is_never_read(tmp_path: Path, how: str) -> None:
+    base = legacy_store(tmp_path)
+    log = base / "pruned" / ".tulip_nb_log"
+    outside = tmp_path / "outside.log"
+    log.rename(outside)
+    if how == "symlink":
+        log.symlink_to(outside)
+    else:
+        os.link(outside, log)
+    with pytest.warns(RuntimeWarning, match="skipping thread log"):
+        done = {r.thread_id: r for r in convert_to_history(base)}
+    assert done["pruned"].status == "refused" and "link" in done["pruned"].detail
+    assert rows(base, "pruned") == [] and outside.exists()
+
+
+def test_a_log_moved_in_from_another_thread_is_refused(tmp_path: Path) -> None:
+    base = legacy_store(tmp_path)
+    (base / "pruned" / ".tulip_nb_log").unlink()
+    (base / "orphan" / ".tulip_nb_log").rename(base / "pruned" / ".tulip_nb_log")
+    done = {r.thread_id: r for r in convert_to_history(base, ["pruned"])}
+    assert done["pruned"].status == "refused" and "belongs to thread 'orphan'" in done["pruned"].detail
+    assert rows(base, "pruned") == []
+
+
+def test_a_rerun_after_a_thread_s_directory_went_is_a_no_op(tmp_path: Path) -> None:
+    """A thread without a turn end has no projection, so its directory goes with its old files."""
+    base = legacy_store(tmp_path)
+    convert_to_history(base)
+    for p in (base / "pruned").iterdir():
+        p.unlink()
+    (base / "pruned").rmdir()
+    again = {r.thread_id: r for r in convert_to_history(base)}
+    assert {r.status for r in again.values()} == {"already"}
+    hist = FileCheckpointer(base)
+    assert problems_in(hist, "pruned") == []
+    run_sync(hist.close())
+
+
+def test_the_async_twin(tmp_path: Path) -> None:
+    base = legacy_store(tmp_path)
+    done = asyncio.run(_file_convert.aconvert_to_history(base, ["messy-fork-0"]))
+    assert [(r.thread_id, r.converted) for r in done] == [("messy-fork-0", 4)]

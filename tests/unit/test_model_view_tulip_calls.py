@@ -135,12 +135,12 @@ def test_which_calls_are_tulips() -> None:
     assert tulip_turns(msgs, {"tulip_nb_compaction_events": []}) == []
 
 
-@pytest.mark.parametrize("store", ["memory", "file-delta", "file-tulip"])
+@pytest.mark.parametrize("store", ["memory", "file", "file-tulip"])
 def test_a_turn_end_leaves_no_iteration_list(store: str, tmp_path: Path) -> None:
     cp: BaseCheckpointer = (
         MemoryCheckpointer()
         if store == "memory"
-        else FileCheckpointer(tmp_path, layout="tulip" if store == "file-tulip" else "delta")
+        else FileCheckpointer(tmp_path, layout="tulip" if store == "file-tulip" else "history")
     )
     run_turns(cp, ["Lisbon", "Porto"])
     infos = run_sync(cp.list_checkpoint_infos(THREAD, limit=None))

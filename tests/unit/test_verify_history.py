@@ -299,20 +299,21 @@ def test_a_flipped_byte_in_the_database_file_is_reported_by_the_integrity_check(
     assert any(victim[1:] in line for line in named["b"]), out
 
 
-def test_the_delta_layout_is_verified_as_before_one_thread_or_all(tmp_path: Path) -> None:
-    asyncio.run(_build_async(tmp_path, ["a", "b"], layout="delta"))  # the old engine
-    assert (tmp_path / "a" / ".tulip_nb_log").exists()
-    code, out, err = cli("verify", str(tmp_path), layout="delta")
+def test_the_tulip_layout_s_envelopes_are_verified_one_thread_or_all(tmp_path: Path) -> None:
+    """``layout="tulip"`` projects every checkpoint: verify checks each envelope against its row."""
+    asyncio.run(_build_async(tmp_path, ["a", "b"], layout="tulip"))
+    assert len(list((tmp_path / "b").glob("*.json"))) == 2  # every checkpoint, not only the latest turn end
+    code, out, err = cli("verify", str(tmp_path), layout="tulip")
     assert code == 0 and out.splitlines()[0] == "ok: 4 checkpoint(s) of 2 thread(s)", out + err
-    (envelope,) = (tmp_path / "b").glob("*.json")
-    envelope.write_bytes(envelope.read_bytes()[:-40])  # tulip's envelope, truncated
-    code, out, err = cli("verify", str(tmp_path), layout="delta")
+    older = min((tmp_path / "b").glob("*.json"), key=lambda p: orjson.loads(p.read_bytes())["created_at"])
+    older.write_bytes(older.read_bytes()[:-40])  # an older checkpoint's envelope, truncated
+    code, out, err = cli("verify", str(tmp_path), layout="tulip")
     assert code == 1, out + err
     named = problems_by_name(out)
     assert set(named) == {"b"} and any("tulip envelope" in line and "cannot be read" in line for line in named["b"])
-    code, out, _ = cli("verify", str(tmp_path), "b", layout="delta")
+    code, out, _ = cli("verify", str(tmp_path), "b", layout="tulip")
     assert code == 1 and "tulip envelope" in out and not out.startswith("thread ")
-    assert cli("verify", str(tmp_path), "a", layout="delta")[0] == 0
+    assert cli("verify", str(tmp_path), "a", layout="tulip")[0] == 0
 
 
 @pytest.mark.parametrize("flag", [("--anchor",), ("--expect", "3"), ("--expect-from-audit", "audit.jsonl")])

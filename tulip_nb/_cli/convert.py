@@ -1,7 +1,7 @@
-"""``tulip-nb convert PATH [--to history|delta|tulip] [THREAD ...]``: change a file store's layout, verified.
+"""``tulip-nb convert PATH [THREAD ...]``: move a file store written before the history model into it, verified.
 
-``history`` (the default) moves a store written by the previous release (the ``delta`` layout, the
-``tulip`` layout, tulip-agents' envelopes) into ``FileCheckpointer(base, layout="history")``: every
+A store written by the previous release (its ``delta`` layout, its ``tulip`` layout,
+tulip-agents' envelopes) moves into ``FileCheckpointer(base)``, the history layout: every
 checkpoint is written, loaded back and compared first, and only then are the old files removed
 (:func:`tulip_nb.memory.backends.file_convert.convert_to_history`); tulip-agents' own envelopes
 stay as they are. A conversion that stops midway can be run again; a converted thread is compared,
@@ -9,11 +9,6 @@ not written again. One line per thread, exit 1 when a thread was refused::
 
     tulip-nb convert ./threads
     tulip-nb convert ./threads ticket-8912-refund
-
-``delta`` / ``tulip`` convert between the previous release's two layouts (an append-only log per
-thread plus one tulip envelope, or one envelope per checkpoint)::
-
-    tulip-nb convert ./threads ticket-8912-refund --to tulip
 """
 
 from __future__ import annotations
@@ -24,19 +19,17 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "convert", help="convert a file store to the history layout (or between the delta and tulip layouts)"
-    )
+    parser = subparsers.add_parser("convert", help="convert a file store written before the history model to it")
     parser.add_argument("path", help="the FileCheckpointer base directory (or file:PATH)")
     parser.add_argument(
         "--to",
         default="history",
-        choices=["history", "delta", "tulip"],
-        help="the layout to convert to (default: history)",
+        choices=["history"],
+        help="the layout to convert to (the history layout, the only one written)",
     )
     parser.add_argument("threads", nargs="*", metavar="THREAD", help="thread ids (default: every thread)")
     parser.set_defaults(handler=run)
@@ -62,17 +55,11 @@ def _disk(base: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    base = _base(args.path)
-    if args.to == "history":
-        return _to_history(base, args.threads)
-    return _between(base, cast(Literal["delta", "tulip"], args.to), args.threads)
-
-
-def _to_history(base: Path, threads: list[str]) -> int:
     from tulip_nb.memory.backends.file_convert import convert_to_history
 
+    base = _base(args.path)
     before, t0 = _disk(base), time.perf_counter()
-    done = convert_to_history(base, threads or None)
+    done = convert_to_history(base, args.threads or None)
     seconds, after = time.perf_counter() - t0, _disk(base)
     refused = 0
     for r in done:
@@ -97,14 +84,3 @@ def _to_history(base: Path, threads: list[str]) -> int:
         file=sys.stderr,
     )
     return 1 if refused else 0
-
-
-def _between(base: Path, layout: Literal["delta", "tulip"], threads: list[str]) -> int:
-    from tulip_nb.memory.backends.file_convert import convert_between
-
-    done = convert_between(base, layout, threads or None)
-    for r in done:
-        what = f"{r.converted} converted" if r.converted else f"already {layout}"
-        print(f"{r.thread_id}: {r.checkpoints} checkpoint(s), {what}, verified")
-    print(f"tulip-nb convert: {len(done)} thread(s) in the {layout} layout", file=sys.stderr)
-    return 0

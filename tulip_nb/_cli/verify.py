@@ -25,9 +25,9 @@ stopping the others. The file store (``FileCheckpointer``, the history layout) h
 ``check_store()``: SQLite's ``integrity_check``, the entries' reference counts and every row's
 order and turn-end columns, lines
 ``store: ...`` (a read of the whole database, in both forms of the command); and
-``check_mirror(thread_id)``: the projection tulip reads, the latest turn end's envelope, must be
-there and hold the history's state, save metadata and ``created_at`` (the old engine's
-``layout="delta"`` ``check_mirror`` compares its envelope with the log). A thread's projection is checked before
+``check_mirror(thread_id)``: the projection tulip reads, the latest turn end's envelope (every
+checkpoint's with ``layout="tulip"``), must be there and hold the history's state, save metadata
+and ``created_at``. A thread's projection is checked before
 anything else reads the thread, because opening a thread repairs a missing or stale projection:
 verify reports the damage it found, and after the repair a second run no longer sees it. A check
 or a listing that raises is a problem line too, not the end of the run.

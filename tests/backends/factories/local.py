@@ -1,4 +1,4 @@
-"""Memory and File (the history layout, the default; the old engine's delta and tulip layouts): no server needed."""
+"""Memory and File (the history layout, and with ``layout="tulip"`` every checkpoint projected): no server needed."""
 
 from __future__ import annotations
 
@@ -24,11 +24,6 @@ async def file_backend(tmp_path: Path) -> AsyncIterator[Opener]:
 
 
 @contextlib.asynccontextmanager
-async def file_delta_backend(tmp_path: Path) -> AsyncIterator[Opener]:
-    yield opener(lambda: FileCheckpointer(base_dir=tmp_path / "threads", layout="delta"))
-
-
-@contextlib.asynccontextmanager
 async def file_tulip_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     yield opener(lambda: FileCheckpointer(base_dir=tmp_path / "threads", layout="tulip"))
 
@@ -36,10 +31,9 @@ async def file_tulip_backend(tmp_path: Path) -> AsyncIterator[Opener]:
 FACTORIES: dict[str, Factory] = {
     "memory": memory_backend,
     "file": file_backend,
-    "file-delta": file_delta_backend,
     "file-tulip": file_tulip_backend,
 }
-RACING = frozenset({"memory", "file"})
-"""The factories above that run the suite's race cases (``CheckpointerSuite.races``): the history
-model's stores. The old engine's delta and tulip layouts lose writes where one thread's storage
-points into another's (issue 26), so they stay off."""
+RACING = frozenset({"memory", "file", "file-tulip"})
+"""The factories above that run the suite's race cases (``CheckpointerSuite.races``): all of them,
+the history model's stores (a fork or copy is rows on shared entries, never a file of another
+thread's)."""

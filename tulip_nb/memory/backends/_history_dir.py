@@ -1,8 +1,9 @@
 """The thread directories of the history layout: tulip's envelopes, read and written confined.
 
 A thread directory (``<base_dir>/<safe(thread_id)>/``) holds what tulip reads: the *projection*
-of the thread's history (its latest turn end as a tulip envelope, marked with
-:data:`~tulip_nb.memory.history.PROJECTION_KEY`), and any envelopes tulip wrote itself (a tulip
+of the thread's history (its latest turn end, or every checkpoint with ``layout="tulip"``, as
+tulip envelopes marked with :data:`~tulip_nb.memory.history.PROJECTION_KEY`), and any envelopes
+tulip wrote itself (a tulip
 agent that resumed the thread). :class:`EnvelopeDir` lists both from each file's first bytes
 (remembered per file, re-read only when the file changed), and writes an envelope without ever
 following a link: the directory is opened ``O_NOFOLLOW | O_DIRECTORY`` and every name resolved
@@ -11,32 +12,122 @@ be singly linked, and renamed over the target (a rename replaces a planted symli
 as a name; it never writes through it).
 
 The projection is not fsynced: an acknowledged save's durability is the SQLite commit, and a
-projection lost or torn by a power cut is rewritten from the history the next time a process
-touches the thread (:meth:`HistoryFileCheckpointer._repair`).
+projection lost or emptied by a power cut (or a temp file of a killed write) is put right from the
+history the next time a process touches the thread (:meth:`FileCheckpointer._repair`). Also here:
+the small file helpers the file store and ``tulip-nb convert`` share (:func:`safe_name`,
+:func:`read_nofollow`, :func:`unavailable`, :func:`is_turn_end`, ...).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import os
+import re
 import stat
 import threading
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from tulip_nb.core.errors import CheckpointCorrupt, InvalidThreadId
+from tulip_nb.core.errors import BackendUnavailable, CheckpointCorrupt, InvalidThreadId
+from tulip_nb.core.keys import SOURCE_KEY
 from tulip_nb.memory._envelope import HEAD_BYTES, decode_envelope, info_from_head, read_head
-from tulip_nb.memory.backends._file_index import unavailable, write_all
-from tulip_nb.memory.backends._file_safety import NOFOLLOW, is_link, is_loop, read_nofollow
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 from tulip_nb.memory.history import PROJECTION_KEY
 
-__all__ = ["EnvelopeDir", "Head"]
+__all__ = [
+    "NOFOLLOW",
+    "EnvelopeDir",
+    "Head",
+    "is_link",
+    "is_loop",
+    "is_turn_end",
+    "read_nofollow",
+    "safe_name",
+    "unavailable",
+    "write_all",
+]
 
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NOFOLLOW
+_MAX_NAME_BYTES = 200  # below NAME_MAX (255) with room for ".json" and temp suffixes
+_NOT_TURN_ENDS = frozenset(("iteration", "fork"))
+_TEMP = re.compile(r"^\..+\.json\.[0-9a-f]{32}\.tmp$")
+"""The temp name :meth:`EnvelopeDir.write` uses (a random hex per write)."""
+
+
+def is_turn_end(metadata: Mapping[str, Any]) -> bool:
+    """Whether a save with this metadata is a turn end (its ``source`` is not ``"iteration"`` or
+    ``"fork"``): what tulip itself keeps, and what the default projection shows it.
+
+    >>> is_turn_end({"source": "answer"}), is_turn_end({"source": "iteration"})
+    (True, False)
+    """
+    return metadata.get(SOURCE_KEY) not in _NOT_TURN_ENDS
+
+
+def safe_name(value: str) -> str:
+    """tulip's file-name sanitiser (letters, digits, ``-`` and ``_`` kept, anything else ``_``),
+    plus a hash suffix for names too long for the file system.
+
+    >>> safe_name("user/42:chat #1")
+    'user_42_chat__1'
+    """
+    name = "".join(c if c.isalnum() or c in "-_" else "_" for c in value)
+    if len(name.encode()) <= _MAX_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(value.encode()).hexdigest()[:16]
+    short = name.encode()[: _MAX_NAME_BYTES - 17].decode(errors="ignore")
+    return f"{short}_{digest}"
+
+
+def is_link(path: Path | str) -> bool:
+    """Whether ``path`` is a symbolic link (False when it does not exist)."""
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_loop(e: OSError) -> bool:
+    """Whether ``e`` is what ``O_NOFOLLOW`` raises on a symbolic link."""
+    return e.errno == errno.ELOOP
+
+
+def read_nofollow(path: Path | str) -> bytes:
+    """The whole file at ``path``, refusing a symbolic link (``OSError`` with ``ELOOP``)."""
+    fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, chunks: list[bytes | bytearray]) -> None:
+    """``os.writev`` until every byte is written (a regular file may still take a short write)."""
+    views = [memoryview(c) for c in chunks if c]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]
+
+
+def unavailable(e: OSError, path: Path | str) -> BackendUnavailable:
+    """An I/O failure of the file store as :class:`BackendUnavailable` (errno name, path)."""
+    reason = errno.errorcode.get(e.errno or 0, "") if e.errno else ""
+    text = e.strerror or str(e)
+    return BackendUnavailable(f"file store I/O failed: {reason + ': ' if reason else ''}{text}", path=str(path))
 
 
 @dataclass(frozen=True)
@@ -206,6 +297,20 @@ class EnvelopeDir:
             for name in names:
                 known.pop(name, None)
         return gone
+
+    def temps(self, directory: Path) -> list[str]:
+        """Temp files of envelope writes in ``directory`` (a process killed mid-write leaves one)."""
+        try:
+            return sorted(n for n in os.listdir(directory) if _TEMP.match(n))
+        except OSError:
+            return []
+
+    def clean_temps(self, directory: Path) -> None:
+        """Remove them: call it holding the store's write lock, under which every envelope is
+        written, so none of them is a write in flight."""
+        leftovers = self.temps(directory)
+        if leftovers:
+            self.unlink(directory, leftovers)
 
     def remove_if_empty(self, directory: Path) -> None:
         with contextlib.suppress(OSError):

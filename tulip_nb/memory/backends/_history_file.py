@@ -1,14 +1,17 @@
-"""The file store on the history model: ``FileCheckpointer(base_dir)`` (``layout="history"``, the default).
+"""The file store on the history model: ``FileCheckpointer(base_dir)``.
 
 The history (:mod:`tulip_nb.memory.history`) lives in one SQLite database per ``base_dir``
 (:mod:`._sqlite_history`): a save is one transaction that writes a small row and the messages it
 adds, a fork or copy is rows on the same entries, and several processes share the store. What
-tulip reads is a projection of it (:mod:`._history_dir`): each thread's latest turn end, as tulip's
-``<checkpoint_id>.json`` envelope in the thread's directory (FORMATS.md), written after the commit
-(never fsynced: durability is the commit's) and repaired from the history the first time an
-instance touches the thread. An envelope that tulip wrote into the directory (no projection mark)
-is a checkpoint of the thread too: the thread's latest is the newest of the rows and those
-envelopes (by ``created_at``), so tulip_nb continues after a tulip agent's turns.
+tulip reads is a projection of it (:mod:`._history_dir`), tulip's ``<checkpoint_id>.json``
+envelope (FORMATS.md) in the thread's directory for each projected checkpoint: the thread's
+latest turn end (the default, ``layout="history"``), or every checkpoint (``layout="tulip"``,
+tulip's own layout: a tulip agent lists and loads each one). The projection is written after
+the commit (never fsynced: durability is the commit's), kept in step by every save, delete,
+prune, copy and vacuum, and repaired from the history the first time an instance touches the
+thread. An envelope that tulip wrote into the directory (no projection mark) is a checkpoint of
+the thread too: the thread's latest is the newest of the rows and those envelopes (by
+``created_at``), so tulip_nb continues after a tulip agent's turns.
 
 Hash chaining is opt-in (``sign=True``); every row carries a content digest checked on load
 either way, so corruption is :class:`~tulip_nb.core.errors.CheckpointCorrupt`, never an older
@@ -28,8 +31,6 @@ from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, Checkpoi
 from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory._envelope import encode_envelope_parts
 from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first
-from tulip_nb.memory.backends._file_delta import is_turn_end
-from tulip_nb.memory.backends._file_index import safe_name
 from tulip_nb.memory.backends._history_common import (
     copied_metadata,
     loaded,
@@ -39,7 +40,7 @@ from tulip_nb.memory.backends._history_common import (
     rewrite_plan,
     save_plan,
 )
-from tulip_nb.memory.backends._history_dir import EnvelopeDir, Head
+from tulip_nb.memory.backends._history_dir import EnvelopeDir, Head, is_turn_end, safe_name
 from tulip_nb.memory.backends._sqlite_history import DB_NAME, SQLiteHistory
 from tulip_nb.memory.checkpointer import (
     Capabilities,
@@ -76,9 +77,10 @@ def _name(checkpoint_id: str) -> str:
 class FileCheckpointer(InTreeCheckpointer):
     """Threads in ``base_dir``: history in SQLite, tulip's envelope per thread (module docstring).
 
-    ``layout="delta"`` or ``layout="tulip"`` builds the file store of the file store before the history model instead
-    (:class:`~._delta_file.DeltaFileCheckpointer`), which reads and writes the stores it wrote;
-    ``tulip-nb convert PATH`` moves them to this layout. ``sign=True`` hash-chains every save
+    ``layout="tulip"`` projects every checkpoint as tulip writes it, not only the latest turn end;
+    ``layout="delta"`` (the store before the history model) is refused with a
+    :class:`~tulip_nb.core.errors.UserError` naming ``tulip-nb convert PATH``, which moves such a
+    store into this layout. ``sign=True`` hash-chains every save
     (:mod:`tulip_nb.memory.integrity`); each row's content digest is checked on load either way.
     ``expected_parent=`` is compare-and-swap that protects tulip_nb writers only: tulip takes no
     lock, so its envelopes are read as the thread's newest, not ordered against a save in flight.
@@ -92,26 +94,27 @@ class FileCheckpointer(InTreeCheckpointer):
     (['user/42'], 'hi')
     """
 
-    layout = "history"
-
-    def __new__(cls, base_dir: str | os.PathLike[str] = ".tulip_checkpoints", **kwargs: Any) -> Any:
-        layout = kwargs.get("layout", "history")
-        if layout in ("delta", "tulip"):
-            from tulip_nb.memory.backends._delta_file import DeltaFileCheckpointer
-
-            return DeltaFileCheckpointer(base_dir, **kwargs)
-        if layout != "history":
-            raise UserError(f"FileCheckpointer layout must be 'history', 'delta' or 'tulip', got {layout!r}")
-        return super().__new__(cls)
-
     def __init__(
         self,
         base_dir: str | os.PathLike[str] = ".tulip_checkpoints",
         *,
         fsync: bool = True,
         sign: bool = False,
-        layout: Literal["history", "delta", "tulip"] = "history",
+        layout: Literal["history", "tulip"] = "history",
     ) -> None:
+        self.base_dir = Path(base_dir)
+        requested: str = layout  # any string may come in: refuse it by name
+        if requested == "delta":
+            raise UserError(
+                "the delta layout (the file store before the history model) is no longer written or read:"
+                f" run `tulip-nb convert {base_dir}` to move its threads into the history layout",
+                path=str(base_dir),
+            )
+        if layout not in ("history", "tulip"):
+            raise UserError(f"FileCheckpointer layout must be 'history' or 'tulip', got {layout!r}")
+        self.layout = layout
+        self.every = layout == "tulip"
+        """Project every checkpoint (``layout="tulip"``), not only the latest turn end."""
         self.base_dir = Path(base_dir)
         self._base = self.base_dir.resolve()  # a symlinked base_dir is followed once, here
         self.fsync = fsync
@@ -125,7 +128,7 @@ class FileCheckpointer(InTreeCheckpointer):
         """``tulip-nb convert`` sets it: read past thread directories the delta layout wrote."""
 
     def __repr__(self) -> str:
-        return f"FileCheckpointer(base_dir={str(self.base_dir)!r}, layout='history')"
+        return f"FileCheckpointer(base_dir={str(self.base_dir)!r}, layout={self.layout!r})"
 
     @property
     def capabilities(self) -> Capabilities:
@@ -198,6 +201,7 @@ class FileCheckpointer(InTreeCheckpointer):
         """
 
         def sync(want: str | None, load: Callable[[str], StoredCheckpoint]) -> None:
+            self._dirs.clean_temps(directory)
             current = self._projections(thread_id, directory)
             if want is not None:
                 name = _name(want)
@@ -210,7 +214,10 @@ class FileCheckpointer(InTreeCheckpointer):
                 self._dirs.unlink(directory, sorted(current))
 
         try:
-            self.store.project_sync(thread_id, sync)
+            if self.every:
+                self.store.project_every_sync(thread_id, self._sync_every(thread_id, directory, have, force))
+            else:
+                self.store.project_sync(thread_id, sync)
         except CheckpointCorrupt:  # the newest turn end is damaged: its load and verify say so
             self._repaired.discard(thread_id)
             return
@@ -225,12 +232,50 @@ class FileCheckpointer(InTreeCheckpointer):
             return
         self._repaired.add(thread_id)
 
+    def _sync_every(
+        self, thread_id: str, directory: Path, have: Checkpoint | None, force: bool
+    ) -> Callable[[list[str], Callable[[str], StoredCheckpoint]], None]:
+        """``layout="tulip"``: an envelope for every row of the thread (a save writes its own only),
+        and no projection of a row that is gone. A damaged row is left out, the others written."""
+
+        def sync(ids: list[str], load: Callable[[str], StoredCheckpoint]) -> None:
+            if have is not None and not force:
+                self._write_projection(directory, have)
+                return
+            self._dirs.clean_temps(directory)
+            current, damaged = self._projections(thread_id, directory), []
+            for cid in ids:
+                head = current.pop(_name(cid), None)
+                if not force and head is not None and head.info is not None and head.info.checkpoint_id == cid:
+                    continue
+                try:
+                    self._write_projection(directory, load(cid).checkpoint)
+                except CheckpointCorrupt as e:
+                    damaged.append(e)
+            if current:
+                self._dirs.unlink(directory, sorted(current))
+            if damaged:
+                raise damaged[0]
+
+        return sync
+
     def _repair(self, thread_id: str, directory: Path) -> None:
         """The first time this instance touches a thread: check its projection, rewrite it if a crash
         (or a hand) left it missing, stale or doubled."""
         if thread_id in self._repaired:
             return
         self._refuse_legacy(directory)
+        if self._dirs.temps(directory):  # a write killed midway: removed under the store's lock
+            self._project(thread_id, directory)
+            return
+        if self.every:
+            ids = {r.checkpoint_id for r in self.store.rows_sync(thread_id)}
+            heads = self._projections(thread_id, directory)
+            if len(heads) == len(ids) and {_name(c) for c in ids} == set(heads):
+                self._repaired.add(thread_id)
+            else:
+                self._project(thread_id, directory)
+            return
         want = self.store.latest_turn_end_sync(thread_id)
         current = self._projections(thread_id, directory)
         if want is None and not current:
@@ -264,8 +309,7 @@ class FileCheckpointer(InTreeCheckpointer):
         if found:
             raise UserError(
                 f"{directory} was written by the delta layout, before the history model ({', '.join(found)}): "
-                f"run `tulip-nb convert {self.base_dir}` to move it to the history layout, or open it "
-                "with FileCheckpointer(base_dir, layout='delta')",
+                f"run `tulip-nb convert {self.base_dir}` to move it to the history layout",
                 path=str(directory),
             )
 
@@ -302,7 +346,7 @@ class FileCheckpointer(InTreeCheckpointer):
         )
         _, write = self.store.save_sync(thread_id, plan)
         self._chains.stored(thread_id, chain)
-        if is_turn_end(write.metadata):
+        if self.every or is_turn_end(write.metadata):
             self._project(thread_id, directory, Checkpoint(cid, thread_id, write.created_at, state, write.metadata))
         return cid
 
@@ -458,28 +502,37 @@ class FileCheckpointer(InTreeCheckpointer):
 
     # -- checks -------------------------------------------------------------------------------
     def check_mirror(self, thread_id: str) -> list[str]:
-        """Problems with the thread's tulip envelope (none: tulip reads the latest turn end right).
+        """Problems with the thread's tulip envelopes (none: tulip reads what it is shown right).
 
-        The projection must exist when the thread has a turn end and hold exactly its state,
-        save metadata and ``created_at``; no other projection of the thread may remain.
-        ``tulip-nb verify`` runs it.
+        Each projected checkpoint (the latest turn end; every row with ``layout="tulip"``) must
+        have its envelope, holding exactly its state, save metadata and ``created_at``; no other
+        projection of the thread may remain. ``tulip-nb verify`` runs it.
         """
         directory = self.thread_dir(thread_id)
-        want = self.store.latest_turn_end_sync(thread_id)
+        latest = self.store.latest_turn_end_sync(thread_id)
+        wants = [r.checkpoint_id for r in self.store.rows_sync(thread_id)] if self.every else [latest]
         current = self._projections(thread_id, directory)
         problems = [
             f"{h.info.checkpoint_id}: stale tulip envelope {n}"
             for n, h in current.items()
-            if h.info and h.info.checkpoint_id != want
+            if h.info and h.info.checkpoint_id not in wants
         ]
-        if want is None:
-            return problems
+        for want in wants:
+            if want is not None:
+                problems += self._check_envelope(thread_id, directory, want)
+        return problems
+
+    def _check_envelope(self, thread_id: str, directory: Path, want: str) -> list[str]:
+        problems: list[str] = []
         path = directory / _name(want)
         try:
             got = self._dirs.read(path, thread_id)
         except (FileNotFoundError, CheckpointCorrupt) as e:
-            return [*problems, f"{want}: the tulip envelope {path.name} cannot be read: {e}"]
-        stored = self.store.load_sync(thread_id, want)
+            return [f"{want}: the tulip envelope {path.name} cannot be read: {e}"]
+        try:
+            stored = self.store.load_sync(thread_id, want)
+        except CheckpointCorrupt:
+            return []  # the row itself is damaged: its verify says so
         assert stored is not None
         ours = stored.checkpoint
         if got.state.to_json_bytes() != ours.state.to_json_bytes():

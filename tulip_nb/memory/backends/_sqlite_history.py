@@ -57,7 +57,7 @@ from tulip_nb.core.errors import (
 from tulip_nb.core.fastload import gc_paused, messages_from_json
 from tulip_nb.core.keys import PARENT_KEY
 from tulip_nb.core.messages import Message
-from tulip_nb.memory.backends._file_delta import is_turn_end
+from tulip_nb.memory.backends._history_dir import is_turn_end
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 from tulip_nb.memory.history import (
     HistoryStore,
@@ -909,6 +909,20 @@ class SQLiteHistory(HistoryStore):
                 return got
 
             return fn(self._latest_turn_end(conn, thread_id), load)
+
+    def project_every_sync(
+        self, thread_id: str, fn: Callable[[list[str], Callable[[str], StoredCheckpoint]], _T]
+    ) -> _T:
+        """:meth:`project_sync` for ``layout="tulip"``: ``fn(every checkpoint id of the thread, loader)``."""
+        with self._txn(write=True) as conn:
+
+            def load(cid: str) -> StoredCheckpoint:
+                got = self._load(conn, thread_id, cid)
+                assert got is not None
+                return got
+
+            ids = [str(r[0]) for r in conn.execute("SELECT cid FROM checkpoints WHERE thread = ?", (thread_id,))]
+            return fn(ids, load)
 
     def _verified(
         self,
