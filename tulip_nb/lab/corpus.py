@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any, overload
 from tulip_nb._deps import require
 from tulip_nb._sync import run_sync, sync_twin
 from tulip_nb.core.errors import UserError
-from tulip_nb.lab._corpus_rows import SIMULATION_COLUMNS, SUMMARY_COLUMNS, simulate_task, summary_task
+from tulip_nb.lab._corpus_rows import (
+    ALL_SUMMARY_COLUMNS,
+    SIMULATION_COLUMNS,
+    STATE_COLUMNS,
+    SUMMARY_COLUMNS,
+    simulate_task,
+)
+from tulip_nb.lab._corpus_summary import FALLBACKS, summary_task
 from tulip_nb.lab._recorded import check_choice
 from tulip_nb.lab.executors import Progress, amap_threads, is_dask_client, require_picklable
 from tulip_nb.lab.export import open_checkpointer
@@ -45,7 +52,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Corpus", "aopen_corpus", "open_corpus", "summarize_corpus_simulation"]
 
-_COUNTS = [c for c in SUMMARY_COLUMNS if c not in ("thread_id", "forked_from", "first_update", "last_update", "error")]
+_COUNTS = [
+    c
+    for c in ALL_SUMMARY_COLUMNS
+    if c not in ("thread_id", "forked_from", "first_update", "last_update", "read", "error")
+]
 _SIM_COUNTS = [c for c in SIMULATION_COLUMNS if c not in ("thread_id", "config", "summarizer", "error")]
 
 
@@ -185,28 +196,48 @@ class Corpus:
     async def asummary(
         self,
         *,
+        columns: Sequence[str] | str | None = None,
+        fallback: str = "states",
         executor: Any = None,
         progress: Progress = None,
         context_window: int | str | None = None,
         chunk_size: int | None = None,
     ) -> pd.DataFrame:
-        """One row per thread (columns in :data:`~tulip_nb.lab._corpus_rows.SUMMARY_COLUMNS`; each
-        defined in ``docs/corpus.md``). Counts are nullable integers: NA where the thread's record
-        cannot tell (a tulip-written thread's compactions, for instance). A thread that cannot be
-        read is a row with ``error`` ("<Type>: <msg>") and NA elsewhere. Computed once per corpus
-        (and per ``context_window``: the window for ``over_window_calls``, default the one the
-        thread's manager saved), then served from the cache. ``executor``, ``progress``,
-        ``chunk_size``: as for :func:`~tulip_nb.lab.executors.map_threads`."""
-        rows = self._cache.setdefault(("summary", context_window), {})
+        """One row per thread, read from headers: each thread's checkpoint listing and the counters
+        its newest save recorded (:mod:`tulip_nb.memory.counts`), so no state is loaded and the cost
+        per thread does not grow with its length. Columns in
+        :data:`~tulip_nb.lab._corpus_rows.SUMMARY_COLUMNS`, each defined in ``docs/corpus.md``.
+
+        Counts are nullable integers: NA where the thread's record cannot tell (a tulip-written
+        thread's compactions, for instance), never 0 for unknown. ``read`` says where a row came
+        from: ``"headers"``; ``"states"`` for a thread whose newest header has no counters (tulip
+        or an older tulip_nb wrote it), read from its states as before (exact, slower); with
+        ``fallback="na"`` such a row is ``"partial"`` instead (the listing's columns, NA counters).
+        A thread that cannot be read is a row with ``error`` ("<Type>: <msg>") and NA elsewhere.
+
+        ``columns``: the columns to return (default :data:`SUMMARY_COLUMNS`); the state columns
+        ``max_call_tokens`` and ``over_window_calls`` (every call's view rebuilt, ``context_window``:
+        the window, default the one the thread's manager saved) are read only when named here, or
+        with ``columns="all"``. Rows are computed once per corpus family (and per
+        ``context_window``, state columns and fallback), then served from the cache.
+        ``executor``, ``progress``, ``chunk_size``: as for
+        :func:`~tulip_nb.lab.executors.map_threads`."""
+        wanted = _summary_columns(columns)
+        if fallback not in FALLBACKS:
+            raise UserError(f"summary: fallback must be one of {FALLBACKS}, got {fallback!r}")
+        state_columns = any(c in STATE_COLUMNS for c in wanted)
+        key = ("summary", context_window if state_columns else None, state_columns, fallback)
+        rows = self._cache.setdefault(key, {})
         todo = [t for t in self.thread_ids if t not in rows]
         if todo:
-            payload = {"context_window": context_window}
+            payload = {"context_window": context_window, "state_columns": state_columns, "fallback": fallback}
             got = await amap_threads(
                 summary_task, self, todo, payload, executor=executor, progress=progress, chunk_size=chunk_size
             )
             for row in got:
                 rows[row["thread_id"]] = row
-        return _frame([rows[t] for t in self.thread_ids], SUMMARY_COLUMNS, _COUNTS)
+        frame = _frame([rows[t] for t in self.thread_ids], ALL_SUMMARY_COLUMNS, _COUNTS)
+        return frame[wanted]
 
     summary = sync_twin(asummary)
 
@@ -333,6 +364,21 @@ class Corpus:
         return f"<b>Corpus</b> <code>{where}</code>: {len(self)} threads ({head})"
 
 
+def _summary_columns(columns: Sequence[str] | str | None) -> list[str]:
+    """The summary columns asked for (``None``: the default ones; ``"all"``: every one)."""
+    if columns is None:
+        return list(SUMMARY_COLUMNS)
+    if columns == "all":
+        return list(ALL_SUMMARY_COLUMNS)
+    wanted = [columns] if isinstance(columns, str) else list(columns)
+    unknown = [c for c in wanted if c not in ALL_SUMMARY_COLUMNS]
+    if unknown:
+        raise UserError(f"summary: no column {unknown[0]!r}; columns: {ALL_SUMMARY_COLUMNS}")
+    if "thread_id" not in wanted:
+        wanted.insert(0, "thread_id")
+    return [c for c in ALL_SUMMARY_COLUMNS if c in wanted]
+
+
 def _threads_only(executor: Any) -> bool:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -353,7 +399,7 @@ def _frame(rows: list[dict[str, Any]], columns: list[str], counts: list[str]) ->
     for col in ("first_update", "last_update"):
         if col in frame:
             frame[col] = pd.to_datetime(frame[col], utc=True).astype("datetime64[us, UTC]")
-    for col in ("forked_from", "summarizer", "error"):
+    for col in ("forked_from", "summarizer", "read", "error"):
         if col in frame:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
     return frame
