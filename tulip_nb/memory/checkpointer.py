@@ -539,6 +539,21 @@ class BaseCheckpointer(ABC):
         """Thread ids matching the glob ``pattern`` (capability ``list_threads``)."""
         raise self._unimplemented("list_threads", "list_threads")
 
+    async def list_unreadable(self, pattern: str = "*") -> dict[str, str]:
+        """What the store holds under names matching ``pattern`` that :meth:`list_threads` cannot
+        list because nothing of it can be read (a thread directory whose every file is corrupt, an
+        object that does not parse): ``{name: why}``, so a corpus gives each one a row with its
+        error instead of dropping it. ``name`` is the best the store can say (its directory or key
+        name). The default finds nothing: the primitives only see what reads; a backend whose
+        listing skips unreadable data overrides it.
+
+        >>> import asyncio
+        >>> from tulip_nb.memory.backends import MemoryCheckpointer
+        >>> asyncio.run(MemoryCheckpointer().list_unreadable())
+        {}
+        """
+        return {}
+
     async def list_with_metadata(self, limit: int | None = 100) -> list[dict[str, Any]]:
         """Each thread's latest checkpoint with its metadata (capability ``list_with_metadata``)."""
         raise self._unimplemented("list_with_metadata", "list_with_metadata")
