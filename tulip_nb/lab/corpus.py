@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["Corpus", "aopen_corpus", "open_corpus", "summarize_corpus_simulation"]
+__all__ = ["Corpus", "aopen_corpus", "open_corpus", "pending_summary", "summarize_corpus_simulation"]
 
 _COUNTS = [
     c
@@ -492,6 +492,16 @@ def _frame(rows: list[dict[str, Any]], columns: list[str], counts: list[str]) ->
         if col in frame:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
     return frame
+
+
+def pending_summary(thread_ids: Sequence[str]) -> pd.DataFrame:
+    """A summary frame with the ids of ``thread_ids`` and every other cell NA: what a view shows
+    while the summary is being read (NA is "not known yet", never 0).
+
+    >>> pending_summary(["a", "b"])[["thread_id", "turns"]].to_dict("list")
+    {'thread_id': ['a', 'b'], 'turns': [<NA>, <NA>]}
+    """
+    return _frame([{"thread_id": t} for t in thread_ids], ALL_SUMMARY_COLUMNS, _COUNTS)[SUMMARY_COLUMNS]
 
 
 def summarize_corpus_simulation(sim: pd.DataFrame) -> pd.DataFrame:
