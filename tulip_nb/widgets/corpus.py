@@ -75,6 +75,7 @@ class CorpusView(Panel):
         self.progress = W.IntProgress(value=0, min=0, max=max(1, len(c.summary)), description="summary")
         self.progress_label = W.Label()
         self.progress_box = W.HBox([self.progress, self.progress_label])
+        self.progress_box.add_class("tulip-nb-progress")
         self.progress_box.layout.display = None if c.pending else "none"
         self.player: ReplayPlayer | None = None
         self._quiet = False
@@ -299,7 +300,8 @@ class CorpusView(Panel):
             self.thread_list.rows = max(2, len(ids))
         finally:
             self._quiet = False
-        if plots and not c.pending:  # nothing to plot before the summary is read
+        self.distributions.layout.display = "none" if c.pending else None  # nothing to plot yet
+        if plots and not c.pending:
             self.distributions.value = c.distributions_png()
         self._show_sim()
 
