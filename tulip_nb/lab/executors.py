@@ -42,9 +42,10 @@ row with ``error`` (the corpus tasks do). A chunk whose task raises, or whose wo
 "<Type>: <msg>"}`` per thread of the chunk; the other chunks' rows are kept. Rows come back in
 thread order (chunk by chunk, each chunk's rows as its task returned them).
 
-``progress``: ``None`` shows tqdm's automatic bar (the notebook bar in Jupyter) when tqdm is
-installed and there is more than one chunk; ``True`` always shows it; ``False`` shows nothing; a
-callable is called as ``progress(threads_done, threads_total)`` after each chunk.
+``progress``: ``None`` shows tqdm's bar in a terminal (stderr is a tty) when tqdm is installed
+and there is more than one chunk, and nothing in a notebook (``CorpusView`` has its own bar);
+``True`` always shows it (the notebook bar in Jupyter); ``False`` shows nothing; a callable is
+called as ``progress(threads_done, threads_total)`` after each chunk.
 """
 
 from __future__ import annotations
@@ -232,6 +233,18 @@ def worker_source(corpus_or_source: Any, executor: Any) -> Any:
     return _source_for(corpus_or_source, executor)
 
 
+def _terminal() -> bool:
+    """Whether a progress bar has a terminal to go to (not a notebook kernel, not a pipe)."""
+    import sys
+
+    if "ipykernel" in sys.modules:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 class _Progress:
     def __init__(self, progress: Progress, total: int, chunks: int) -> None:
         self.total = total
@@ -240,7 +253,7 @@ class _Progress:
         self.bar: Any = None
         if callable(progress) and not isinstance(progress, bool):
             self.fn = progress
-        elif progress is True or (progress is None and chunks > 1):
+        elif progress is True or (progress is None and chunks > 1 and _terminal()):
             try:
                 from tqdm.auto import tqdm
             except ImportError:
