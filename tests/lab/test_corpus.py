@@ -161,7 +161,7 @@ def known() -> MemoryCheckpointer:
 
 def test_summary_counts_of_hand_built_threads(known: MemoryCheckpointer) -> None:
     s = open_corpus(known).summary(columns="all", progress=False).set_index("thread_id")
-    assert set(s["read"]) == {"headers+states"}  # agent saves carry counters; state columns asked for
+    assert set(s["read"]) == {"states"}  # state columns asked for: the rows are read from states
     k = s.loc["known"]
     assert (k["turns"], k["model_calls"], k["tool_calls"], k["tool_errors"]) == (4, 9, 6, 1)
     assert (k["idempotent_hits"], k["interrupts"], k["compactions"], k["checkpoints"]) == (2, 1, 0, 5)
@@ -180,11 +180,17 @@ def test_summary_counts_of_hand_built_threads(known: MemoryCheckpointer) -> None
     assert windowed.loc["known", "over_window_calls"] == 9
 
 
-async def test_fork_whose_source_is_gone_has_na_inherited_counts(known: MemoryCheckpointer) -> None:
+async def test_fork_whose_source_is_gone(known: MemoryCheckpointer) -> None:
     await known.delete("known")
-    summary = await (await aopen_corpus(known)).asummary(progress=False)
+    corpus = await aopen_corpus(known)
+    summary = await corpus.asummary(progress=False)
     f = summary.set_index("thread_id").loc["known-fork"]
-    assert pd.isna(f["idempotent_hits"]) and pd.isna(f["interrupts"]) and f["tool_errors"] == 1
+    # the counters were counted when the fork was saved: its source's deletion does not unknow them
+    assert (f["idempotent_hits"], f["interrupts"], f["tool_errors"], f["read"]) == (3, 1, 1, "headers")
+    # read from states, what it inherited can no longer be recounted: NA, never 0
+    states = await corpus.asummary(columns="all", progress=False)
+    g = states.set_index("thread_id").loc["known-fork"]
+    assert pd.isna(g["idempotent_hits"]) and pd.isna(g["interrupts"]) and g["tool_errors"] == 1
 
 
 def test_tulip_written_and_unreadable_threads(tmp_path: Path) -> None:

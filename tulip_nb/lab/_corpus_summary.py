@@ -1,16 +1,18 @@
 """The corpus summary from headers: one row per thread, from its newest header's counters.
 
 Every agent save writes the thread's counters into its save metadata
-(:mod:`tulip_nb.memory.counts`), so a summary row is the thread's header listing (checkpoints,
-first and last update, forked_from, whether every save is tulip_nb's) plus its newest header's
-counters: no state is loaded, and the cost does not grow with the thread's turns.
+(:mod:`tulip_nb.memory.counts`), so a summary row is the thread's newest header's counters plus
+its span (:meth:`~tulip_nb.memory.checkpointer.BaseCheckpointer.thread_span`: how many
+checkpoints, the oldest header for ``forked_from`` and ``first_update``): no state is loaded, and
+with a backend that answers the span from an index the cost does not grow with the thread.
 
 A thread whose newest header has no counters (written by tulip or an older tulip_nb, or a branch's
 first checkpoint whose source has none) falls back to its states (``fallback="states"``, the
 default: :func:`~tulip_nb.lab._corpus_rows.summary_row`, exact but one state per run) or gets NA
 in every counter column (``fallback="na"``). The ``read`` column says which: ``"headers"``,
 ``"states"`` or ``"partial"`` (NA counters). The state columns (``max_call_tokens``,
-``over_window_calls``) rebuild every call's view, so they are read only when asked for.
+``over_window_calls``) rebuild every call's view, so they are read only when asked for (then the
+whole row is read from states: ``"states"``).
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.errors import CheckpointNotFound, UserError
 from tulip_nb.core.keys import FORKED_FROM_KEY
-from tulip_nb.lab._corpus_rows import STATE_COLUMNS, end_chunk, segments, summary_row
+from tulip_nb.lab._corpus_rows import STATE_COLUMNS, end_chunk, summary_row
 from tulip_nb.lab._headers import marked_count
 from tulip_nb.lab.executors import error_row
 from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.memory.counts import LINEAGE_COUNTS, STATE_COUNTS, read_counts
 
 if TYPE_CHECKING:
-    from tulip_nb.memory.checkpointer import BaseCheckpointer, CheckpointInfo
+    from tulip_nb.memory.checkpointer import BaseCheckpointer, ThreadSpan
 
 __all__ = ["FALLBACKS", "header_row", "summary_task"]
 
@@ -40,14 +42,14 @@ def _na() -> Any:
     return pd.NA
 
 
-def _listing_columns(thread_id: str, infos: list[CheckpointInfo]) -> dict[str, Any]:
-    forked = infos[-1].metadata.get(FORKED_FROM_KEY)
+def _listing_columns(thread_id: str, span: ThreadSpan) -> dict[str, Any]:
+    forked = span.first.metadata.get(FORKED_FROM_KEY)
     return {
         "thread_id": thread_id,
         "forked_from": forked if isinstance(forked, str) else None,
-        "first_update": infos[-1].created_at,
-        "last_update": infos[0].created_at,
-        "checkpoints": len(infos),
+        "first_update": span.first.created_at,
+        "last_update": span.latest.created_at,
+        "checkpoints": span.checkpoints,
         "error": None,
     }
 
@@ -61,32 +63,29 @@ async def header_row(
     fallback: str = "states",
 ) -> dict[str, Any]:
     """One summary row (module docstring); raises when the thread cannot be read."""
-    infos = await cp.list_checkpoint_infos(thread_id, limit=None)
-    if not infos:
+    span = await cp.thread_span(thread_id)
+    if span is None:
         raise CheckpointNotFound("thread has no checkpoint (deleted since it was listed?)", thread_id=thread_id)
-    counts = read_counts(infos[0].metadata)
+    counts = read_counts(span.latest.metadata)
     if counts is None or any(counts[k] is None for k in LINEAGE_COUNTS) or state_columns:
         if fallback == "states" or state_columns:
-            row = await summary_row(cp, thread_id, context_window=context_window, state_columns=state_columns)
-            if counts is not None and all(counts[k] is not None for k in LINEAGE_COUNTS):
-                row["read"] = "headers+states"  # the counters were there: only the state columns were read
-            return row
+            return await summary_row(cp, thread_id, context_window=context_window, state_columns=state_columns)
         na = _na()
         row = {k: na for k in (*STATE_COUNTS, *LINEAGE_COUNTS, *STATE_COLUMNS)}
         if counts is not None:  # the state counters are there; the lineage ones are unknown
             row.update({k: counts[k] for k in STATE_COUNTS})
-        row.update(_listing_columns(thread_id, infos), read="partial")
+        row.update(_listing_columns(thread_id, span), read="partial")
         return row
     na = _na()
-    segs = await segments(cp, thread_id, infos)
-    native = segs is not None and all(marked_count(i.metadata) is not None for _, s in segs for i in s)
+    # every save of the lineage is tulip_nb's: the counters say so for the saves before the newest
+    native = bool(counts["native"]) and marked_count(span.latest.metadata) is not None
     row = {k: counts[k] for k in STATE_COUNTS}
     if not (native or counts["has_events"]):
         row["compactions"] = na  # tulip records no events: what its manager did is unknown
     for k in LINEAGE_COUNTS:
         row[k] = counts[k] if native else na
     row.update({k: na for k in STATE_COLUMNS})
-    row.update(_listing_columns(thread_id, infos), read="headers")
+    row.update(_listing_columns(thread_id, span), read="headers")
     return row
 
 

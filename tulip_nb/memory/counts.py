@@ -73,7 +73,9 @@ STATE_COUNTS: tuple[str, ...] = (
 )
 """Counters that are a function of the saved state (plus ``has_events``: whether it records events)."""
 LINEAGE_COUNTS: tuple[str, ...] = ("interrupts", "idempotent_hits")
-"""Counters over the thread's saves (and a fork's source's up to the branch point); None: unknown."""
+"""Counters over the thread's saves (and a fork's source's up to the branch point); None: unknown.
+With them, ``native``: whether every save of that lineage carries tulip_nb's message mark (a
+tulip-written lineage has no interrupts or hits tulip_nb can vouch for)."""
 
 
 def _is_error(content: str | None) -> bool:
@@ -132,6 +134,7 @@ class Lineage:
     interrupts: int | None
     idempotent_hits: int | None
     seen: frozenset[str] = frozenset()
+    native: bool = True
 
     @classmethod
     def new(cls) -> Lineage:
@@ -142,7 +145,7 @@ class Lineage:
         keys = hit_keys(state.tool_executions)
         interrupts = None if self.interrupts is None else self.interrupts + (kind == "interrupt")
         hits = None if self.idempotent_hits is None else self.idempotent_hits + len(keys - self.seen)
-        return Lineage(interrupts, hits, keys)
+        return Lineage(interrupts, hits, keys, self.native)
 
 
 def save_counts(state: AgentState, lineage: Lineage, kind: str | None) -> dict[str, Any]:
@@ -153,6 +156,7 @@ def save_counts(state: AgentState, lineage: Lineage, kind: str | None) -> dict[s
         **state_counts(state),
         "interrupts": after.interrupts,
         "idempotent_hits": after.idempotent_hits,
+        "native": after.native,
     }
 
 
@@ -164,7 +168,9 @@ def read_counts(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
     """The counters a header carries, or None when it has none this version can read (every
     state counter a non-negative int, the lineage ones such an int or None)."""
     c = metadata.get(COUNTS_KEY)
-    if not isinstance(c, Mapping) or c.get("v") != COUNTS_VERSION or not isinstance(c.get("has_events"), bool):
+    if not isinstance(c, Mapping) or c.get("v") != COUNTS_VERSION:
+        return None
+    if not isinstance(c.get("has_events"), bool) or not isinstance(c.get("native"), bool):
         return None
     if not all(_count(c.get(k)) for k in STATE_COUNTS):
         return None
@@ -173,8 +179,13 @@ def read_counts(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
     return dict(c)
 
 
-def _lineage_of(counts: Mapping[str, Any], seen: frozenset[str]) -> Lineage:
-    return Lineage(counts.get("interrupts"), counts.get("idempotent_hits"), seen)
+def _marked(metadata: Mapping[str, Any]) -> bool:
+    return isinstance(metadata.get(MESSAGES_KEY), Mapping)
+
+
+def _lineage_of(counts: Mapping[str, Any], seen: frozenset[str], *, marked: bool = True) -> Lineage:
+    """The lineage a header's counters describe (``marked``: that header has tulip_nb's mark)."""
+    return Lineage(counts.get("interrupts"), counts.get("idempotent_hits"), seen, bool(counts["native"]) and marked)
 
 
 _UNKNOWN = Lineage(None, None)
@@ -203,7 +214,7 @@ async def alineage(cp: BaseCheckpointer, thread_id: str, latest: Checkpoint | No
     seen = hit_keys(latest.state.tool_executions)
     counts = read_counts(latest.metadata)
     if counts is not None:
-        return _lineage_of(counts, seen)
+        return _lineage_of(counts, seen, marked=_marked(latest.metadata))
     if not latest.metadata:  # a checkpointer that keeps no save metadata: no header can tell
         return _UNKNOWN
     infos = await cp.list_checkpoint_infos(thread_id, limit=None)
@@ -222,9 +233,9 @@ async def alineage(cp: BaseCheckpointer, thread_id: str, latest: Checkpoint | No
     else:
         base_counts = read_counts(base.metadata)
         base_keys = hit_keys((await _state(cp, thread_id, base)).tool_executions)
-    if base_counts is None or not all(isinstance(i.metadata.get(MESSAGES_KEY), Mapping) for i in newer):
+    if base_counts is None or not all(_marked(i.metadata) for i in newer):
         return _UNKNOWN
-    base_lineage = _lineage_of(base_counts, base_keys)
+    base_lineage = _lineage_of(base_counts, base_keys, marked=base is None or _marked(base.metadata))
     if base_lineage.interrupts is None or base_lineage.idempotent_hits is None:
         return _UNKNOWN
     last_of_run: dict[Any, CheckpointInfo] = {}
@@ -234,7 +245,7 @@ async def alineage(cp: BaseCheckpointer, thread_id: str, latest: Checkpoint | No
     for info in last_of_run.values():
         keys |= hit_keys((await _state(cp, thread_id, info)).tool_executions)
     interrupts = base_lineage.interrupts + sum(1 for i in newer if i.metadata.get(SOURCE_KEY) == "interrupt")
-    return Lineage(interrupts, base_lineage.idempotent_hits + len(keys - base_keys), seen)
+    return Lineage(interrupts, base_lineage.idempotent_hits + len(keys - base_keys), seen, base_lineage.native)
 
 
 async def _state(cp: BaseCheckpointer, thread_id: str, info: CheckpointInfo) -> AgentState:
