@@ -31,14 +31,15 @@ Two kinds of counters:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tulip_nb.core.calls import answered_by, execution_position, model_call_count
+from tulip_nb.core.calls import answered_by, execution_position
 from tulip_nb.core.keys import COUNTS_KEY, FORKED_FROM_KEY, MESSAGES_KEY, PARENT_KEY, RUN_ID_KEY, SOURCE_KEY
 from tulip_nb.core.state import AgentState, ToolExecution
-from tulip_nb.core.turns import OUTCOMES, split_turns
+from tulip_nb.core.turns import FAILED_OUTCOMES, OUTCOMES, split_turns
 from tulip_nb.memory.conversation import EVENTS_KEY, compaction_events, saved_token_counts
 from tulip_nb.tokens import get_counter
 
@@ -91,21 +92,27 @@ def state_counts(state: AgentState) -> dict[str, Any]:
     """
     msgs = state.messages
     counter = get_counter()
-    known = saved_token_counts(state, counter)
-    if known:
-        counter.remember(msgs[: len(known)], known)
+    known = saved_token_counts(state, counter) or []
     turns = split_turns(msgs, state.metadata)
+    outcomes = Counter(t.outcome for t in turns)
     answers = answered_by(msgs)
+    calls = tool_calls = errors = 0
+    for m, a in zip(msgs, answers, strict=True):
+        if m.role == "assistant":
+            calls += 1
+            tool_calls += len(m.tool_calls)
+        elif a is not None and _is_error(m.content):
+            errors += 1
     out: dict[str, Any] = {
         "turns": len(turns),
-        "failed_turns": sum(1 for t in turns if t.failed),
-        **{f"turns_{o}": sum(1 for t in turns if t.outcome == o) for o in OUTCOMES},
-        "turns_unknown": sum(1 for t in turns if t.outcome is None),
-        "model_calls": model_call_count(msgs),
+        "failed_turns": sum(outcomes[o] for o in FAILED_OUTCOMES),
+        **{f"turns_{o}": outcomes[o] for o in OUTCOMES},
+        "turns_unknown": outcomes[None],
+        "model_calls": calls,
         "messages": len(msgs),
-        "tokens": sum(counter.message_counts(msgs)),
-        "tool_calls": sum(len(m.tool_calls) for m in msgs if m.role == "assistant"),
-        "tool_errors": sum(1 for m, a in zip(msgs, answers, strict=True) if a is not None and _is_error(m.content)),
+        "tokens": sum(known) + sum(counter.message_counts(msgs[len(known) :])),
+        "tool_calls": tool_calls,
+        "tool_errors": errors,
         "compactions": len(compaction_events(state)),
         "has_events": EVENTS_KEY in state.metadata,
     }
