@@ -30,8 +30,8 @@ Where each summary count comes from (see ``docs/corpus.md``):
   latest state's turn log (:mod:`tulip_nb.core.turns`), for any thread.
 - ``forked_from``, ``first_update``, ``last_update``, ``checkpoints``: the thread's own headers.
 
-Memory: a task holds one thread's states at a time and its chunk's rows; in a worker (the store
-opened from its URL) it also empties the token counter's cache at the end of each chunk.
+Memory: a task holds one thread's states at a time and its chunk's rows, and empties the token
+counter's cache at the end of each chunk (in process too).
 """
 
 from __future__ import annotations
@@ -232,12 +232,14 @@ async def summary_row(
 
 
 async def end_chunk(cp: BaseCheckpointer, opened: bool) -> None:
-    """End of a chunk. A task that opened the store from its URL runs in a worker: it closes the
-    store and empties the shared token counter's content cache, so a worker's memory is one
-    chunk's, whatever the corpus size (the cache is bounded, but by 200,000 messages)."""
+    """End of a chunk: close the store if the task opened it from its URL (in a worker), and empty
+    the shared token counter's content cache, in a worker and in process alike, so the memory of a
+    corpus run is one chunk's whatever the corpus size. The cache is bounded by 200,000 messages,
+    not bytes: the JSON keys of a long corpus's messages (tool results of 5-30 kB) would otherwise
+    fill it with gigabytes; counts are recomputed on demand afterwards."""
     if opened:
         await cp.close()
-        get_counter().clear_cache()
+    get_counter().clear_cache()
 
 
 def reduce_simulation(
