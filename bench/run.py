@@ -402,7 +402,10 @@ SECTIONS: dict[str, tuple[str, Callable[[sections.Ctx], list[str]]]] = {
         bench_storage.section_checkpoints10k,
     ),
     "forks": ("fork and copy at 500 and 2,000 messages, 100 forks, a 100-variant sweep", bench_storage.section_forks),
-    "corpus": ("a corpus of 1,000 threads x 10 configs, in-process and on Dask", sections.section_corpus),
+    "corpus": (
+        "a corpus of 1,000 threads of 5-200 turns: summary from headers, frames, simulate on Dask",
+        sections.section_corpus,
+    ),
     "live": ("a 50-branch live sweep against a local server with 20 % 429s (issue 29)", sections.section_live),
 }
 """Every section: name -> (title, function returning Markdown lines)."""

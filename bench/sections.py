@@ -384,11 +384,13 @@ def section_memory(ctx: Ctx) -> list[str]:
 
 # -- corpus -----------------------------------------------------------------------------------------
 def section_corpus(ctx: Ctx) -> list[str]:
-    """1,000 threads x 10 configs: summary and simulation, in-process and on a LocalCluster of 1 and 2."""
+    """1,000 threads of 5-200 turns: summary from headers vs the floor, frames, simulate in process
+    and on a LocalCluster of 1 and 2, peak memory."""
     from bench import bench_corpus
 
-    big = 200 if ctx.quick else 1_000
-    return bench_corpus.table(bench_corpus.measure(big, big // 4, dask=not ctx.quick))
+    if ctx.quick:
+        return bench_corpus.table(bench_corpus.measure(60, 30, dask=False))
+    return bench_corpus.table(bench_corpus.measure(1_000, 200))
 
 
 def section_live(ctx: Ctx) -> list[str]:

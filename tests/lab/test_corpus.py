@@ -28,7 +28,7 @@ from tulip_nb.lab import (
     simulate_compaction,
     summarize_corpus_simulation,
 )
-from tulip_nb.lab._corpus_rows import SIMULATION_COLUMNS, SUMMARY_COLUMNS
+from tulip_nb.lab._corpus_rows import ALL_SUMMARY_COLUMNS, SIMULATION_COLUMNS, SUMMARY_COLUMNS
 from tulip_nb.lab.executors import amap_threads
 from tulip_nb.memory.backends import FileCheckpointer
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
@@ -65,9 +65,13 @@ def test_open_corpus_lists_ids_only(synthetic: Corpus) -> None:
 def test_summary_columns_and_values_against_the_threads(synthetic: Corpus) -> None:
     s = synthetic.summary(progress=False)
     assert list(s.columns) == SUMMARY_COLUMNS and list(s["thread_id"]) == synthetic.thread_ids
+    assert "max_call_tokens" not in s.columns  # a state column: opt-in
     assert s["error"].isna().all() and (s["compactions"] > 0).sum() >= 3
+    full = synthetic.summary(columns="all", progress=False)
+    assert list(full.columns) == ALL_SUMMARY_COLUMNS
+    assert full[SUMMARY_COLUMNS].drop(columns="read").equals(s.drop(columns="read"))
     for tid in ("case-0000", "case-0007-fork-14", "case-0012"):
-        row = s.set_index("thread_id").loc[tid]
+        row = full.set_index("thread_id").loc[tid]
         t = open_thread(synthetic.checkpointer, tid)
         msgs = t.final_messages
         assert row["messages"] == len(msgs) and row["model_calls"] == t.n_calls
@@ -156,7 +160,8 @@ def known() -> MemoryCheckpointer:
 
 
 def test_summary_counts_of_hand_built_threads(known: MemoryCheckpointer) -> None:
-    s = open_corpus(known).summary(progress=False).set_index("thread_id")
+    s = open_corpus(known).summary(columns="all", progress=False).set_index("thread_id")
+    assert set(s["read"]) == {"states"}  # state columns asked for: the rows are read from states
     k = s.loc["known"]
     assert (k["turns"], k["model_calls"], k["tool_calls"], k["tool_errors"]) == (4, 9, 6, 1)
     assert (k["idempotent_hits"], k["interrupts"], k["compactions"], k["checkpoints"]) == (2, 1, 0, 5)
@@ -167,16 +172,25 @@ def test_summary_counts_of_hand_built_threads(known: MemoryCheckpointer) -> None
     assert f["forked_from"] == "known" and f["turns"] == 5
     p = s.loc["plain"]
     assert (p["turns"], p["model_calls"], p["tool_calls"], p["idempotent_hits"], p["messages"]) == (1, 1, 0, 0, 3)
-    windowed = open_corpus(known).summary(progress=False, context_window=10).set_index("thread_id")
+    headers = open_corpus(known).summary(progress=False).set_index("thread_id")
+    assert set(headers["read"]) == {"headers"}
+    pd.testing.assert_frame_equal(headers.drop(columns="read"), s[headers.columns].drop(columns="read"))
+    windowed = open_corpus(known).summary(columns="all", progress=False, context_window=10).set_index("thread_id")
     assert windowed.loc["plain", "over_window_calls"] == 1  # 'sys' + 'hi' + priming > 10 tokens
     assert windowed.loc["known", "over_window_calls"] == 9
 
 
-async def test_fork_whose_source_is_gone_has_na_inherited_counts(known: MemoryCheckpointer) -> None:
+async def test_fork_whose_source_is_gone(known: MemoryCheckpointer) -> None:
     await known.delete("known")
-    summary = await (await aopen_corpus(known)).asummary(progress=False)
+    corpus = await aopen_corpus(known)
+    summary = await corpus.asummary(progress=False)
     f = summary.set_index("thread_id").loc["known-fork"]
-    assert pd.isna(f["idempotent_hits"]) and pd.isna(f["interrupts"]) and f["tool_errors"] == 1
+    # the counters were counted when the fork was saved: its source's deletion does not unknow them
+    assert (f["idempotent_hits"], f["interrupts"], f["tool_errors"], f["read"]) == (3, 1, 1, "headers")
+    # read from states, what it inherited can no longer be recounted: NA, never 0
+    states = await corpus.asummary(columns="all", progress=False)
+    g = states.set_index("thread_id").loc["known-fork"]
+    assert pd.isna(g["idempotent_hits"]) and pd.isna(g["interrupts"]) and g["tool_errors"] == 1
 
 
 def test_tulip_written_and_unreadable_threads(tmp_path: Path) -> None:
@@ -191,14 +205,15 @@ def test_tulip_written_and_unreadable_threads(tmp_path: Path) -> None:
             {"checkpoint_id": "abc", "thread_id": "broken", "created_at": raw["created_at"], "state": {"messages": 5}}
         )
     )
-    s = open_corpus(FileCheckpointer(tmp_path)).summary(progress=False).set_index("thread_id")
+    s = open_corpus(FileCheckpointer(tmp_path)).summary(columns="all", progress=False).set_index("thread_id")
     tulip = s.loc["user/42:chat #1"]
+    assert tulip["read"] == "states"  # no counters in tulip's header: read from its state
     assert (tulip["turns"], tulip["model_calls"], tulip["tool_calls"], tulip["tool_errors"]) == (2, 4, 2, 0)
     for unknown in ("compactions", "max_call_tokens", "over_window_calls", "interrupts", "idempotent_hits"):
         assert pd.isna(tulip[unknown]), unknown  # tulip records no events, no run ids
     broken = s.loc["broken"]
     assert broken["error"].startswith("CheckpointCorrupt:")
-    assert all(pd.isna(broken[c]) for c in SUMMARY_COLUMNS if c not in ("thread_id", "error"))
+    assert all(pd.isna(broken[c]) for c in ALL_SUMMARY_COLUMNS if c not in ("thread_id", "error"))
 
 
 # -- sub-corpora -----------------------------------------------------------------------------------
@@ -228,7 +243,7 @@ def test_indexing_and_filter(synthetic: Corpus) -> None:
     with pytest.raises(UserError, match="values for"):
         synthetic.filter([True, False])
     with pytest.raises(UserError, match="booleans"):
-        synthetic.filter(s["over_window_calls"].where(s["turns"] > 5))
+        synthetic.filter(s["interrupts"].where(s["turns"] > 5))
     with pytest.raises(UserError, match="corpus"):
         synthetic[3.5]  # type: ignore[call-overload]
 

@@ -135,10 +135,13 @@ def test_one_thread_failing_is_its_rows_only(client: Any, file_url: str) -> None
 
 def test_corpus_from_an_instance_needs_a_url_for_workers(client: Any, tmp_path: Path) -> None:
     from tulip_nb.core.errors import UserError
-    from tulip_nb.memory.backends import FileCheckpointer
+    from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
 
-    with pytest.raises(UserError, match="URL"):
-        Corpus(FileCheckpointer(tmp_path), ["a"]).summary(executor=client)
+    # a file store on this machine: its URL is derived, the local cluster's workers open it
+    row = Corpus(FileCheckpointer(tmp_path), ["a"]).summary(executor=client, progress=False).iloc[0]
+    assert row["error"].startswith("CheckpointNotFound")  # reached the store: the thread is not there
+    with pytest.raises(UserError, match="URL cannot be derived"):
+        Corpus(MemoryCheckpointer(), ["a"]).summary(executor=client)
 
 
 def kill_on(source: Any, chunk: list[str], victim: str) -> list[dict[str, Any]]:

@@ -45,7 +45,7 @@ def _table_ids(html: str) -> list[str]:
 
 
 def test_the_view_shows_a_page_of_the_summary_with_plots(built: Built) -> None:
-    v = CorpusView(built.corpus, sim=built.sim, page_size=10)
+    v = CorpusView(built.corpus, sim=built.sim, page_size=10).wait(30)
     assert f"rows 1-10 of {N} threads · page 1 of 4" in v.table.value
     assert list(v.thread_list.options) == built.corpus.thread_ids[:10] == _table_ids(v.table.value)
     assert v.page_label.value == "page 1 of 4" and v.prev_button.disabled and not v.next_button.disabled
@@ -58,7 +58,7 @@ def test_the_view_shows_a_page_of_the_summary_with_plots(built: Built) -> None:
 
 
 def test_sort_click_filter_and_paging(built: Built) -> None:
-    v = CorpusView(built.corpus, sim=built.sim, page_size=10)
+    v = CorpusView(built.corpus, sim=built.sim, page_size=10).wait(30)
     summary = built.corpus.summary()
     v.sort_by.value = "tokens"  # a number: largest first
     want = summary.sort_values(["tokens", "thread_id"], ascending=[False, True], kind="mergesort")
@@ -88,7 +88,7 @@ def test_sort_click_filter_and_paging(built: Built) -> None:
 
 
 def test_selecting_a_row_opens_the_thread_in_a_replay_player(built: Built) -> None:
-    v = CorpusView(built.corpus, sim=built.sim, page_size=10)
+    v = CorpusView(built.corpus, sim=built.sim, page_size=10).wait(30)
     tid = v.thread_list.options[3]
     v.thread_list.value = tid
     assert isinstance(v.player, ReplayPlayer) and v.replay_box.children == (v.player,)
@@ -109,7 +109,7 @@ def test_selecting_a_row_opens_the_thread_in_a_replay_player(built: Built) -> No
 
 
 def test_the_config_picker_shows_that_configs_simulation(built: Built) -> None:
-    v = CorpusView(built.corpus, sim=built.sim, page_size=10)
+    v = CorpusView(built.corpus, sim=built.sim, page_size=10).wait(30)
     assert v.config.options == ("2k", "window-6") and v.config.value == "2k"
     assert "config 2k:" in v.sim.value
     first = v.facts.value
@@ -123,9 +123,9 @@ def test_the_config_picker_shows_that_configs_simulation(built: Built) -> None:
 
 
 def test_configs_are_simulated_when_no_sim_is_given(built: Built) -> None:
-    v = CorpusView(built.corpus[:8], configs=configs(), probes=corpus_facts)
+    v = CorpusView(built.corpus[:8], configs=configs(), probes=corpus_facts).wait(60)
     assert v.config.options == ("2k", "window-6") and len(v.controller.sim) == 16  # type: ignore[arg-type]
-    plain = CorpusView(built.corpus[:8])
+    plain = CorpusView(built.corpus[:8]).wait(30)
     assert plain.config.disabled and "no simulation" in plain.sim.value
 
 
@@ -138,3 +138,69 @@ def test_a_1000_row_summary_stays_paged_in_the_view() -> None:
     assert v.page_label.value == "page 40 of 40" and v.next_button.disabled
     assert v.thread_list.options[-1] == "case-0999"
     assert v.thread_list.disabled and "pass the Corpus to replay" in v.replay_box.children[0].value
+
+
+class SlowStore(MemoryCheckpointer):
+    """A store whose header listings take ``delay`` seconds (a remote database, a large corpus)."""
+
+    delay = 0.05
+
+    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10):  # type: ignore[no-untyped-def]
+        import asyncio
+
+        await asyncio.sleep(self.delay)
+        return await super().list_checkpoint_infos(thread_id, limit)
+
+
+def test_the_view_opens_at_once_and_works_while_the_summary_is_read() -> None:
+    import time
+
+    cp = SlowStore()
+    build_corpus(cp, n=40, seed=2)
+    corpus = open_corpus(cp)
+    t0 = time.perf_counter()
+    v = CorpusView(corpus, configs=configs(), probes=corpus_facts, page_size=10)
+    opened = time.perf_counter() - t0
+    assert v.controller.pending and not v.done.is_set(), "the summary should still be running"
+    assert opened < 1.0, opened  # the summary alone takes ~40 x 2 listings x 0.05 s
+    assert "summary pending" in v.table.value and v.progress_box.layout.display is None
+    assert _table_ids(v.table.value) == corpus.thread_ids[:10]  # the ids are there, the counts are not yet
+    v.next_button.click()  # paging, sorting and replay work meanwhile
+    assert v.page_label.value.startswith("page 2 of")
+    v.sort_by.value = "thread_id"
+    thread = v.open_thread(corpus.thread_ids[3])
+    assert isinstance(v.player, ReplayPlayer) and v.player.slider.value == v.player.slider.max == thread.n_calls - 1
+    assert v.controller.pending, "opening a thread must not wait for the summary"
+    v.wait(120)
+    assert not v.controller.pending and v.progress_box.layout.display == "none"
+    assert v.controller.summary.equals(corpus.summary()) and v.controller.sort_by == "thread_id"
+    assert "summary pending" not in v.table.value and bytes(v.distributions.value).startswith(PNG)
+    assert v.config.options == ("2k", "window-6") and len(v.controller.sim) == 2 * 40  # type: ignore[arg-type]
+    assert v.progress.value == v.progress.max == 40
+    assert v.controller.selected == corpus.thread_ids[3]  # the selection survived
+
+
+def test_a_summary_and_simulation_computed_earlier_are_taken_with_the_corpus(built: Built) -> None:
+    from tulip_nb.core.errors import UserError
+
+    summary = built.corpus.summary()
+    v = CorpusView(built.corpus, summary=summary, sim=built.sim, page_size=10)
+    assert v.done.is_set() and not v.controller.pending and v.controller.summary.equals(summary)
+    assert v.progress_box.layout.display == "none"
+    v.open_thread(built.corpus.thread_ids[0])  # replay works: the corpus came with the summary
+    assert v.player is not None
+    with pytest.raises(UserError, match="not this corpus"):
+        CorpusView(built.corpus[:4], summary=summary)
+
+
+def test_a_store_failing_under_the_background_summary_gives_error_rows() -> None:
+    class Broken(MemoryCheckpointer):
+        async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10):  # type: ignore[no-untyped-def]
+            raise RuntimeError("the store went away")
+
+    cp = Broken()
+    build_corpus(cp, n=3, seed=1)
+    v = CorpusView(open_corpus(cp))
+    v.done.wait(30)
+    # a thread that cannot be read is a row with its error, never a lost summary
+    assert not v.controller.pending and v.controller.summary["error"].str.contains("went away").all()

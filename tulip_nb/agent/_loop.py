@@ -45,11 +45,12 @@ from tulip_nb.agent.events import (
 )
 from tulip_nb.agent.result import PendingInterrupt, Step, StopReason
 from tulip_nb.core import utcnow
-from tulip_nb.core.keys import ITERATION_KEY, RUN_ID_KEY, SOURCE_KEY, STATE_KEY
+from tulip_nb.core.keys import COUNTS_KEY, ITERATION_KEY, RUN_ID_KEY, SOURCE_KEY, STATE_KEY
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState, ReasoningStep, ToolExecution
 from tulip_nb.core.turns import outcome_for, record_turn
 from tulip_nb.memory.checkpointer import new_checkpoint_id
+from tulip_nb.memory.counts import Lineage, save_counts
 from tulip_nb.models.base import ContextWindowExceeded, ModelError, Usage
 from tulip_nb.tools import Interrupt, ToolArgumentsInvalid, ToolNotFound
 
@@ -84,9 +85,18 @@ class TurnRunner:
     """Advances one turn of one thread; see the module docstring."""
 
     def __init__(
-        self, agent: Agent, state: AgentState, thread_id: str | None, *, every: int | None, parent: str | None = None
+        self,
+        agent: Agent,
+        state: AgentState,
+        thread_id: str | None,
+        *,
+        every: int | None,
+        parent: str | None = None,
+        lineage: Lineage | None = None,
     ) -> None:
         self.agent = agent
+        self.lineage = lineage or Lineage.new()
+        """The thread's lineage counters as of its latest save (:mod:`tulip_nb.memory.counts`)."""
         self.parent = parent
         """The thread's latest checkpoint as this turn knows it ("" = empty thread): with
         ``agent.strict_concurrency`` every save is a compare-and-swap on it."""
@@ -133,9 +143,12 @@ class TurnRunner:
             # turn end; tulip_nb keeps its mid-turn saves.
             state.metadata.pop(ITER_KEY, None)
         meta = {SOURCE_KEY: kind, RUN_ID_KEY: state.run_id, ITERATION_KEY: state.iteration}
+        # the thread's counters at this save, so a corpus summary reads this header, not states
+        meta[COUNTS_KEY] = save_counts(state, self.lineage, kind)
         expected = (self.parent or "") if self.agent.strict_concurrency else None
         cid = await cp.save(state, self.thread_id, cid, meta, expected_parent=expected)
         self.checkpoint_id = self.parent = cid
+        self.lineage = self.lineage.after(state, kind)
         await emit(
             self.agent.hooks,
             "on_checkpoint_saved",

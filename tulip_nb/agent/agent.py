@@ -49,12 +49,13 @@ from tulip_nb.agent.result import AgentResult, Step
 from tulip_nb.core import utcnow
 from tulip_nb.core.calls import last_model_call
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
-from tulip_nb.core.keys import STATE_KEY
+from tulip_nb.core.keys import COUNTS_KEY, STATE_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory.checkpointer import Checkpoint, validate_thread_id
 from tulip_nb.memory.conversation.base import ConversationManager
 from tulip_nb.memory.conversation.compactor import default_conversation_manager
+from tulip_nb.memory.counts import Lineage, alineage, save_counts
 from tulip_nb.models import Model, resolve_model
 from tulip_nb.models.metadata import metadata_for
 from tulip_nb.tools import Interrupt, Tool, as_tool
@@ -215,9 +216,11 @@ class Agent(AgentBase):
         return self._drive(lambda: self._start_resume(response, thread_id, metadata))
 
     # -- internals ------------------------------------------------------------------------------
-    async def _load(self, thread_id: str | None) -> tuple[AgentState | None, str | None]:
-        """The thread's state to continue from, and the id of the checkpoint it came from."""
+    async def _load(self, thread_id: str | None) -> tuple[AgentState | None, str | None, Lineage]:
+        """The thread's state to continue from, the id of the checkpoint it came from, and the
+        thread's lineage counters as of that checkpoint (:mod:`tulip_nb.memory.counts`)."""
         parent: str | None = None
+        lineage = Lineage.new()
         if thread_id is not None:
             validate_thread_id(thread_id)
         state: AgentState | None
@@ -225,6 +228,7 @@ class Agent(AgentBase):
             ckpt = await self.checkpointer.load_checkpoint(thread_id)
             state = ckpt.state if ckpt is not None else None
             parent = ckpt.checkpoint_id if ckpt is not None else ""
+            lineage = await alineage(self.checkpointer, thread_id, ckpt)
             if ckpt is not None:
                 await emit(
                     self.hooks,
@@ -240,12 +244,12 @@ class Agent(AgentBase):
         stored = state.metadata.get(STATE_KEY) if state is not None else None
         self.conversation_manager.restore_from_session(stored if isinstance(stored, dict) else {})
         self._current = thread_id
-        return state, parent
+        return state, parent, lineage
 
     async def _start(self, prompt: str, thread_id: str | None, metadata: dict[str, Any] | None) -> _Started:
         if not isinstance(prompt, str):
             raise UserError(f"prompt must be a str, got {type(prompt).__name__}")
-        existing, parent = await self._load(thread_id)
+        existing, parent, lineage = await self._load(thread_id)
         state = start_turn(
             existing,
             prompt,
@@ -255,17 +259,20 @@ class Agent(AgentBase):
             max_iterations=self.max_iterations,
         )
         self._local[thread_id] = state
-        return TurnRunner(self, state, thread_id, every=self.checkpoint_every_n_iterations, parent=parent), None
+        runner = TurnRunner(
+            self, state, thread_id, every=self.checkpoint_every_n_iterations, parent=parent, lineage=lineage
+        )
+        return runner, None
 
     async def _start_resume(self, response: Any, thread_id: str | None, metadata: dict[str, Any] | None) -> _Started:
-        state, parent = await self._load(thread_id)
+        state, parent, lineage = await self._load(thread_id)
         if state is None:
             raise NothingToResume("there is no saved conversation to resume", thread_id=thread_id)
         info = run_info(state)
         status = info.get("status")
         if metadata:
             state.metadata.update(metadata)
-        runner = TurnRunner(self, state, thread_id, every=None, parent=parent)
+        runner = TurnRunner(self, state, thread_id, every=None, parent=parent, lineage=lineage)
         if status == "interrupted":
             if response is None:
                 question = (info.get("pending") or {}).get("question")
@@ -375,7 +382,8 @@ class Agent(AgentBase):
         if ckpt is None:
             raise CheckpointNotFound("cannot fork a thread without checkpoints", thread_id=thread_id)
         new_id = new_thread_id or f"{thread_id}-fork-{uuid.uuid4().hex[:8]}"
-        meta = {"forked_from": thread_id, "parent_checkpoint_id": ckpt.checkpoint_id, "source": "fork"}
+        meta: dict[str, Any] = {"forked_from": thread_id, "parent_checkpoint_id": ckpt.checkpoint_id, "source": "fork"}
+        meta[COUNTS_KEY] = save_counts(ckpt.state, await alineage(cp, thread_id, ckpt), "fork")
         if isinstance(ckpt.metadata.get("tulip_nb_hash"), str):  # chain the fork to its source
             meta["tulip_nb_parent_hash"] = ckpt.metadata["tulip_nb_hash"]
         try:
@@ -408,7 +416,8 @@ class Agent(AgentBase):
             state.metadata.update(metadata)
         state.updated_at = utcnow()
         parent = ckpt.checkpoint_id if ckpt is not None else ""
-        cid: str = await cp.save(state, thread_id, metadata={"source": "update"}, expected_parent=parent)
+        meta = {"source": "update", COUNTS_KEY: save_counts(state, await alineage(cp, thread_id, ckpt), "update")}
+        cid: str = await cp.save(state, thread_id, metadata=meta, expected_parent=parent)
         await emit(
             self.hooks,
             "on_checkpoint_saved",

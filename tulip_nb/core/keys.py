@@ -25,7 +25,9 @@ live; the modules that write or read a key import it from here.
 - :data:`PRUNED_KEY` -- a checkpoint whose parent a prune or vacuum removed: what was cut
   (``tulip_nb.memory.retention``);
 - :data:`MESSAGES_KEY` -- how many messages the state holds and a digest of them, so a listing
-  knows which checkpoints are prefixes of which without loading a state (``tulip_nb.lab``).
+  knows which checkpoints are prefixes of which without loading a state (``tulip_nb.lab``);
+- :data:`COUNTS_KEY` -- the thread's counters at this save (turns by outcome, calls, tokens,
+  interrupts, idempotent hits), so a corpus summary reads one header (``tulip_nb.memory.counts``).
 
 **Message metadata** (``Message.metadata``):
 
@@ -54,6 +56,7 @@ __all__ = [
     "ALG_KEY",
     "CLEARED_KEY",
     "COPIED_FROM_KEY",
+    "COUNTS_KEY",
     "CREATED_AT_KEY",
     "EVENTS_KEY",
     "FORKED_FROM_KEY",
@@ -180,6 +183,12 @@ checkpoints with the same ``n`` and digest hold the same messages, so a checkpoi
 the latest's running digest at ``n`` holds exactly the latest's first ``n`` messages: the lab lists a
 thread's checkpoints (messages, tokens) from the headers alone. Hashed with the rest of the save
 metadata; tulip ignores it."""
+
+COUNTS_KEY = "tulip_nb_counts"
+"""Save-metadata key every agent save writes: the thread's counters at that save (``{"v": 1,
+"turns": ..., "tool_calls": ..., "idempotent_hits": ..., ...}``, :mod:`tulip_nb.memory.counts`),
+so a corpus summary reads the newest header instead of loading states. Counters the writer could
+not know are ``null``. Hashed with the rest of the save metadata; tulip ignores it."""
 
 PRUNED_KEY = "tulip_nb_pruned"
 """Save-metadata key of a checkpoint whose parent was removed by a prune or a vacuum::

@@ -30,8 +30,8 @@ Where each summary count comes from (see ``docs/corpus.md``):
   latest state's turn log (:mod:`tulip_nb.core.turns`), for any thread.
 - ``forked_from``, ``first_update``, ``last_update``, ``checkpoints``: the thread's own headers.
 
-Memory: a task holds one thread's states at a time and its chunk's rows; in a worker (the store
-opened from its URL) it also empties the token counter's cache at the end of each chunk.
+Memory: a task holds one thread's states at a time and its chunk's rows, and empties the token
+counter's cache at the end of each chunk (in process too).
 """
 
 from __future__ import annotations
@@ -56,9 +56,18 @@ if TYPE_CHECKING:
 
     from tulip_nb.memory.checkpointer import BaseCheckpointer, CheckpointInfo
 
-__all__ = ["SIMULATION_COLUMNS", "SUMMARY_COLUMNS", "simulate_task", "summary_task"]
+__all__ = [
+    "ALL_SUMMARY_COLUMNS",
+    "SIMULATION_COLUMNS",
+    "STATE_COLUMNS",
+    "SUMMARY_COLUMNS",
+    "end_chunk",
+    "segments",
+    "simulate_task",
+    "summary_row",
+]
 
-SUMMARY_COLUMNS = [
+ALL_SUMMARY_COLUMNS = [
     "thread_id",
     "turns",
     "failed_turns",
@@ -78,8 +87,15 @@ SUMMARY_COLUMNS = [
     "first_update",
     "last_update",
     "checkpoints",
+    "read",
     "error",
 ]
+"""Every summary column, in order (the state columns included)."""
+STATE_COLUMNS = ("max_call_tokens", "over_window_calls")
+"""Summary columns that need the thread's latest state (its calls' views): opt-in,
+``summary(columns=[...])`` or ``columns="all"``."""
+SUMMARY_COLUMNS = [c for c in ALL_SUMMARY_COLUMNS if c not in STATE_COLUMNS]
+"""The default summary's columns: each read from headers and the counters kept at save time."""
 SIMULATION_COLUMNS = [
     "thread_id",
     "config",
@@ -97,7 +113,7 @@ _MAX_FORK_DEPTH = 32
 Segment = tuple[str, list["CheckpointInfo"]]
 
 
-async def _segments(cp: BaseCheckpointer, thread_id: str, infos: list[CheckpointInfo]) -> list[Segment] | None:
+async def segments(cp: BaseCheckpointer, thread_id: str, infos: list[CheckpointInfo]) -> list[Segment] | None:
     """The thread's checkpoints and, for a fork, its sources' up to each branch point (newest
     first in each); None when a source or its branch point is gone."""
     out: list[Segment] = [(thread_id, infos)]
@@ -149,9 +165,12 @@ def _na() -> Any:
 
 
 async def summary_row(
-    cp: BaseCheckpointer, thread_id: str, *, context_window: int | str | None = None
+    cp: BaseCheckpointer, thread_id: str, *, context_window: int | str | None = None, state_columns: bool = True
 ) -> dict[str, Any]:
-    """One summary row (module docstring); raises when the thread cannot be read."""
+    """One summary row from the thread's states (module docstring), every column of
+    :data:`ALL_SUMMARY_COLUMNS`: the reference the header summary (``_corpus_summary``) equals,
+    and its fallback for a thread without counters. ``state_columns=False`` leaves the
+    :data:`STATE_COLUMNS` NA (they rebuild every call's view). Raises when the thread cannot be read."""
     na = _na()
     infos = await cp.list_checkpoint_infos(thread_id, limit=None)
     latest = await cp.load_checkpoint(thread_id, infos[0].checkpoint_id if infos else None)
@@ -165,13 +184,13 @@ async def summary_row(
     if known:
         counter.remember(msgs[: len(known)], known)
     counts = counter.message_counts(msgs)
-    segments = await _segments(cp, thread_id, infos)
-    native = segments is not None and all(marked_count(i.metadata) is not None for _, s in segments for i in s)
+    segs = await segments(cp, thread_id, infos)
+    native = segs is not None and all(marked_count(i.metadata) is not None for _, s in segs for i in s)
     has_events = EVENTS_KEY in state.metadata
     calls = model_call_count(msgs)
     max_call: Any = na
     over: Any = na
-    if native or has_events:
+    if state_columns and (native or has_events):
         usage = Thread(cp, thread_id, infos, latest, counter=counter).usage
         max_call = int(usage["context_tokens"].max()) if calls else 0
         window = window_for(context_window=context_window) or saved_window(state)
@@ -181,9 +200,9 @@ async def summary_row(
     errors = sum(1 for m, a in zip(msgs, answers, strict=True) if a is not None and _is_error(m.content))
     interrupts: Any = na
     hits: Any = na
-    if native and segments is not None:
-        interrupts = sum(1 for _, s in segments for i in s if i.metadata.get(SOURCE_KEY) == "interrupt")
-        hits = await _idempotent_hits(cp, segments, latest)
+    if native and segs is not None:
+        interrupts = sum(1 for _, s in segs for i in s if i.metadata.get(SOURCE_KEY) == "interrupt")
+        hits = await _idempotent_hits(cp, segs, latest)
     forked = infos[-1].metadata.get(FORKED_FROM_KEY)
     turns = split_turns(msgs, state.metadata)
     outcomes = {f"turns_{o}": sum(1 for t in turns if t.outcome == o) for o in OUTCOMES}
@@ -207,32 +226,20 @@ async def summary_row(
         "first_update": infos[-1].created_at,
         "last_update": infos[0].created_at,
         "checkpoints": len(infos),
+        "read": "states",
         "error": None,
     }
 
 
-async def _done(cp: BaseCheckpointer, opened: bool) -> None:
-    """End of a chunk. A task that opened the store from its URL runs in a worker: it closes the
-    store and empties the shared token counter's content cache, so a worker's memory is one
-    chunk's, whatever the corpus size (the cache is bounded, but by 200,000 messages)."""
+async def end_chunk(cp: BaseCheckpointer, opened: bool) -> None:
+    """End of a chunk: close the store if the task opened it from its URL (in a worker), and empty
+    the shared token counter's content cache, in a worker and in process alike, so the memory of a
+    corpus run is one chunk's whatever the corpus size. The cache is bounded by 200,000 messages,
+    not bytes: the JSON keys of a long corpus's messages (tool results of 5-30 kB) would otherwise
+    fill it with gigabytes; counts are recomputed on demand afterwards."""
     if opened:
         await cp.close()
-        get_counter().clear_cache()
-
-
-async def summary_task(source: Any, chunk: list[str], payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The summary rows of ``chunk`` (a :func:`~tulip_nb.lab.executors.map_threads` task)."""
-    cp, opened = open_checkpointer(source)
-    rows = []
-    try:
-        for tid in chunk:
-            try:
-                rows.append(await summary_row(cp, tid, context_window=payload.get("context_window")))
-            except Exception as e:
-                rows.append(error_row(tid, e))
-    finally:
-        await _done(cp, opened)
-    return rows
+    get_counter().clear_cache()
 
 
 def reduce_simulation(
@@ -299,5 +306,5 @@ async def simulate_task(source: Any, chunk: list[str], payload: dict[str, Any]) 
             except Exception as e:
                 rows += [{**error_row(tid, e), "config": name} for name, _ in configs]
     finally:
-        await _done(cp, opened)
+        await end_chunk(cp, opened)
     return rows

@@ -31,7 +31,14 @@ from typing import TYPE_CHECKING, Any, overload
 from tulip_nb._deps import require
 from tulip_nb._sync import run_sync, sync_twin
 from tulip_nb.core.errors import UserError
-from tulip_nb.lab._corpus_rows import SIMULATION_COLUMNS, SUMMARY_COLUMNS, simulate_task, summary_task
+from tulip_nb.lab._corpus_rows import (
+    ALL_SUMMARY_COLUMNS,
+    SIMULATION_COLUMNS,
+    STATE_COLUMNS,
+    SUMMARY_COLUMNS,
+    simulate_task,
+)
+from tulip_nb.lab._corpus_summary import FALLBACKS, summary_task
 from tulip_nb.lab._recorded import check_choice
 from tulip_nb.lab.executors import Progress, amap_threads, is_dask_client, require_picklable
 from tulip_nb.lab.export import open_checkpointer
@@ -44,9 +51,13 @@ if TYPE_CHECKING:
 
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["Corpus", "aopen_corpus", "open_corpus", "summarize_corpus_simulation"]
+__all__ = ["Corpus", "aopen_corpus", "open_corpus", "pending_summary", "summarize_corpus_simulation"]
 
-_COUNTS = [c for c in SUMMARY_COLUMNS if c not in ("thread_id", "forked_from", "first_update", "last_update", "error")]
+_COUNTS = [
+    c
+    for c in ALL_SUMMARY_COLUMNS
+    if c not in ("thread_id", "forked_from", "first_update", "last_update", "read", "error")
+]
 _SIM_COUNTS = [c for c in SIMULATION_COLUMNS if c not in ("thread_id", "config", "summarizer", "error")]
 
 
@@ -94,9 +105,14 @@ class Corpus:
         *,
         source: str | None = None,
         owns: bool = False,
+        unreadable: Mapping[str, str] | None = None,
         _cache: dict[Any, dict[str, dict[str, Any]]] | None = None,
     ) -> None:
         self.checkpointer = checkpointer
+        self.unreadable: dict[str, str] = dict(unreadable or {})
+        """What the store holds that could not be listed as a thread (``{name: why}``,
+        :meth:`~tulip_nb.memory.checkpointer.BaseCheckpointer.list_unreadable`): each is in
+        :attr:`thread_ids` and is a row with its ``error`` in the summary and the frames."""
         self.thread_ids: list[str] = list(thread_ids)
         self.source = source
         self._owns = owns
@@ -116,7 +132,11 @@ class Corpus:
         return thread_id in set(self.thread_ids)
 
     def _sub(self, ids: Sequence[str]) -> Corpus:
-        return Corpus(self.checkpointer, ids, source=self.source, _cache=self._cache)
+        bad = {t: self.unreadable[t] for t in ids if t in self.unreadable}
+        return Corpus(self.checkpointer, ids, source=self.source, unreadable=bad, _cache=self._cache)
+
+    def _unreadable_rows(self) -> list[dict[str, Any]]:
+        return [{"thread_id": t, "error": f"CheckpointCorrupt: {why}"} for t, why in self.unreadable.items()]
 
     @overload
     def __getitem__(self, key: str | int) -> Thread: ...
@@ -186,28 +206,49 @@ class Corpus:
     async def asummary(
         self,
         *,
+        columns: Sequence[str] | str | None = None,
+        fallback: str = "states",
         executor: Any = None,
         progress: Progress = None,
         context_window: int | str | None = None,
         chunk_size: int | None = None,
     ) -> pd.DataFrame:
-        """One row per thread (columns in :data:`~tulip_nb.lab._corpus_rows.SUMMARY_COLUMNS`; each
-        defined in ``docs/corpus.md``). Counts are nullable integers: NA where the thread's record
-        cannot tell (a tulip-written thread's compactions, for instance). A thread that cannot be
-        read is a row with ``error`` ("<Type>: <msg>") and NA elsewhere. Computed once per corpus
-        (and per ``context_window``: the window for ``over_window_calls``, default the one the
-        thread's manager saved), then served from the cache. ``executor``, ``progress``,
-        ``chunk_size``: as for :func:`~tulip_nb.lab.executors.map_threads`."""
-        rows = self._cache.setdefault(("summary", context_window), {})
+        """One row per thread, read from headers: each thread's checkpoint listing and the counters
+        its newest save recorded (:mod:`tulip_nb.memory.counts`), so no state is loaded and the cost
+        per thread does not grow with its length. Columns in
+        :data:`~tulip_nb.lab._corpus_rows.SUMMARY_COLUMNS`, each defined in ``docs/corpus.md``.
+
+        Counts are nullable integers: NA where the thread's record cannot tell (a tulip-written
+        thread's compactions, for instance), never 0 for unknown. ``read`` says where a row came
+        from: ``"headers"``; ``"states"`` for a thread whose newest header has no counters (tulip
+        or an older tulip_nb wrote it), read from its states as before (exact, slower); with
+        ``fallback="na"`` such a row is ``"partial"`` instead (the listing's columns, NA counters).
+        A thread that cannot be read is a row with ``error`` ("<Type>: <msg>") and NA elsewhere.
+
+        ``columns``: the columns to return (default :data:`SUMMARY_COLUMNS`); the state columns
+        ``max_call_tokens`` and ``over_window_calls`` (every call's view rebuilt, ``context_window``:
+        the window, default the one the thread's manager saved) are read only when named here, or
+        with ``columns="all"``. Rows are computed once per corpus family (and per
+        ``context_window``, state columns and fallback), then served from the cache.
+        ``executor``, ``progress``, ``chunk_size``: as for
+        :func:`~tulip_nb.lab.executors.map_threads`."""
+        wanted = _summary_columns(columns)
+        if fallback not in FALLBACKS:
+            raise UserError(f"summary: fallback must be one of {FALLBACKS}, got {fallback!r}")
+        state_columns = any(c in STATE_COLUMNS for c in wanted)
+        key = ("summary", context_window if state_columns else None, state_columns, fallback)
+        rows = self._cache.setdefault(key, {})
+        rows.update({r["thread_id"]: r for r in self._unreadable_rows()})
         todo = [t for t in self.thread_ids if t not in rows]
         if todo:
-            payload = {"context_window": context_window}
+            payload = {"context_window": context_window, "state_columns": state_columns, "fallback": fallback}
             got = await amap_threads(
                 summary_task, self, todo, payload, executor=executor, progress=progress, chunk_size=chunk_size
             )
             for row in got:
                 rows[row["thread_id"]] = row
-        return _frame([rows[t] for t in self.thread_ids], SUMMARY_COLUMNS, _COUNTS)
+        frame = _frame([rows[t] for t in self.thread_ids], ALL_SUMMARY_COLUMNS, _COUNTS)
+        return frame[wanted]
 
     summary = sync_twin(asummary)
 
@@ -283,6 +324,65 @@ class Corpus:
         """:func:`summarize_corpus_simulation` of ``sim``."""
         return summarize_corpus_simulation(sim)
 
+    # -- tidy frames (tulip_nb.lab.corpus_frames) ----------------------------------------------
+    async def aframe(
+        self,
+        kind: str,
+        *,
+        executor: Any = None,
+        progress: Progress = None,
+        chunk_size: int | None = None,
+        output: str = "pandas",
+        text: bool = False,
+    ) -> Any:
+        """The tidy frame ``kind`` (``"turns"``, ``"calls"``, ``"messages"``, ``"events"``) over the
+        corpus: see :mod:`tulip_nb.lab.corpus_frames` for the columns. ``output="pandas"``
+        gathers it here; ``output="dask"`` (with a ``dask.distributed.Client`` as ``executor``)
+        returns a lazy dask DataFrame, one partition per chunk, computed on the cluster.
+        ``text``: the messages frame with each message's text. The same rows whatever the
+        executor; a thread that cannot be read is one row with ``error``."""
+        from tulip_nb.lab.corpus_frames import FRAME_KINDS, frames_task, typed_frame
+
+        if kind not in FRAME_KINDS:
+            raise UserError(f"frame: kind must be one of {FRAME_KINDS}, got {kind!r}")
+        if output not in ("pandas", "dask"):
+            raise UserError(f"frame: output must be 'pandas' or 'dask', got {output!r}")
+        payload = {"kind": kind, "text": text}
+        if output == "dask":
+            return _dask_frame(self, payload, executor, chunk_size)
+        readable = [t for t in self.thread_ids if t not in self.unreadable]
+        got = await amap_threads(
+            frames_task, self, readable, payload, executor=executor, progress=progress, chunk_size=chunk_size
+        )
+        by_thread: dict[str, list[dict[str, Any]]] = {r["thread_id"]: [r] for r in self._unreadable_rows()}
+        for row in got:
+            by_thread.setdefault(row["thread_id"], []).append(row)
+        rows = [r for t in self.thread_ids for r in by_thread.get(t, [])]
+        return typed_frame(kind, rows, text=text)
+
+    frame = sync_twin(aframe)
+
+    async def aturns(self, **kw: Any) -> Any:
+        """One row per turn (:mod:`tulip_nb.lab.corpus_frames`); keywords as :meth:`aframe`."""
+        return await self.aframe("turns", **kw)
+
+    async def acalls(self, **kw: Any) -> Any:
+        """One row per model call (:mod:`tulip_nb.lab.corpus_frames`); keywords as :meth:`aframe`."""
+        return await self.aframe("calls", **kw)
+
+    async def amessages(self, **kw: Any) -> Any:
+        """One row per message (:mod:`tulip_nb.lab.corpus_frames`); keywords as :meth:`aframe`."""
+        return await self.aframe("messages", **kw)
+
+    async def aevents(self, **kw: Any) -> Any:
+        """One row per compaction, interrupt, tool error and failed turn; keywords as :meth:`aframe`."""
+        return await self.aframe("events", **kw)
+
+    turns = sync_twin(aturns)
+    calls = sync_twin(acalls)
+    messages = sync_twin(amessages)
+    events = sync_twin(aevents)
+
     # -- sweep (tulip_nb.lab.corpus_sweep) -----------------------------------------------------
     async def asweep(
         self,
@@ -341,6 +441,41 @@ class Corpus:
         return f"<b>Corpus</b> <code>{where}</code>: {len(self)} threads ({head})"
 
 
+def _dask_frame(corpus: Corpus, payload: dict[str, Any], client: Any, chunk_size: int | None) -> Any:
+    """A lazy dask DataFrame of the frame ``payload["kind"]``: one partition per chunk of threads."""
+    from tulip_nb.lab.corpus_frames import frame_partition, typed_frame
+    from tulip_nb.lab.executors import plan_chunks, worker_source
+
+    if client is None or not is_dask_client(client):
+        raise UserError("frame(output='dask') needs executor= a dask.distributed.Client")
+    dd = require("dask.dataframe", feature="frame(output='dask')")
+    import dask
+    from dask.delayed import delayed
+
+    source = worker_source(corpus, client)
+    parts = [
+        delayed(frame_partition)(source, chunk, payload) for chunk in plan_chunks(corpus.thread_ids, client, chunk_size)
+    ]
+    meta = typed_frame(payload["kind"], [], text=bool(payload.get("text")))
+    with dask.config.set({"dataframe.convert-string": False}):  # the same dtypes as the pandas frame
+        return dd.from_delayed(parts, meta=meta, verify_meta=False) if parts else dd.from_pandas(meta, npartitions=1)
+
+
+def _summary_columns(columns: Sequence[str] | str | None) -> list[str]:
+    """The summary columns asked for (``None``: the default ones; ``"all"``: every one)."""
+    if columns is None:
+        return list(SUMMARY_COLUMNS)
+    if columns == "all":
+        return list(ALL_SUMMARY_COLUMNS)
+    wanted = [columns] if isinstance(columns, str) else list(columns)
+    unknown = [c for c in wanted if c not in ALL_SUMMARY_COLUMNS]
+    if unknown:
+        raise UserError(f"summary: no column {unknown[0]!r}; columns: {ALL_SUMMARY_COLUMNS}")
+    if "thread_id" not in wanted:
+        wanted.insert(0, "thread_id")
+    return [c for c in ALL_SUMMARY_COLUMNS if c in wanted]
+
+
 def _threads_only(executor: Any) -> bool:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -361,10 +496,20 @@ def _frame(rows: list[dict[str, Any]], columns: list[str], counts: list[str]) ->
     for col in ("first_update", "last_update"):
         if col in frame:
             frame[col] = pd.to_datetime(frame[col], utc=True).astype("datetime64[us, UTC]")
-    for col in ("forked_from", "summarizer", "error"):
+    for col in ("forked_from", "summarizer", "read", "error"):
         if col in frame:
             frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
     return frame
+
+
+def pending_summary(thread_ids: Sequence[str]) -> pd.DataFrame:
+    """A summary frame with the ids of ``thread_ids`` and every other cell NA: what a view shows
+    while the summary is being read (NA is "not known yet", never 0).
+
+    >>> pending_summary(["a", "b"])[["thread_id", "turns"]].to_dict("list")
+    {'thread_id': ['a', 'b'], 'turns': [<NA>, <NA>]}
+    """
+    return _frame([{"thread_id": t} for t in thread_ids], ALL_SUMMARY_COLUMNS, _COUNTS)[SUMMARY_COLUMNS]
 
 
 def summarize_corpus_simulation(sim: pd.DataFrame) -> pd.DataFrame:
@@ -429,7 +574,9 @@ async def aopen_corpus(
     checkpointer_or_url: BaseCheckpointer | str, pattern: str = "*", *, limit: int | None = None
 ) -> Corpus:
     """The :class:`Corpus` of the threads of ``checkpointer_or_url`` matching the glob ``pattern``
-    (at most ``limit``; the store's ``list_threads``). Only the ids are read here.
+    (at most ``limit``; the store's ``list_threads``), and what the store holds but cannot read
+    (:meth:`~tulip_nb.memory.checkpointer.BaseCheckpointer.list_unreadable`: each becomes a row
+    with its error, never a missing thread). Only the ids are read here.
 
     ``checkpointer_or_url``: a checkpointer, or a URL (``"file:./threads"``,
     ``"postgresql://host/db"``, ``"s3://bucket/prefix/"``, ... as
@@ -440,13 +587,17 @@ async def aopen_corpus(
         raise UserError(f"open_corpus: limit must be None or an int >= 0, got {limit!r}")
     cp, opened = open_checkpointer(checkpointer_or_url)
     try:
-        ids = sorted(await cp.list_threads(limit=limit, pattern=pattern))
+        ids = await cp.list_threads(limit=limit, pattern=pattern)
+        listed = set(ids)
+        bad = {k: v for k, v in (await cp.list_unreadable(pattern)).items() if k not in listed}
     except BaseException:
         if opened:
             await cp.close()
         raise
+    if limit is not None:
+        bad = dict(list(bad.items())[: max(0, limit - len(ids))])
     source = checkpointer_or_url if isinstance(checkpointer_or_url, str) else None
-    return Corpus(cp, ids, source=source, owns=opened)
+    return Corpus(cp, sorted([*ids, *bad]), source=source, owns=opened, unreadable=bad)
 
 
 open_corpus = sync_twin(aopen_corpus)

@@ -72,12 +72,21 @@ def _int_bars(ax: Axes, values: Any, shown: Any | None, color: str, zero: str | 
 
 def plot_corpus_distributions(summary: pd.DataFrame, *, highlight: pd.DataFrame | None = None) -> Figure:
     """Three panels over a :meth:`Corpus.summary` frame: tokens per thread (histogram),
-    compactions per thread and calls over the window per thread (threads per count).
-    ``highlight``: a subset of the rows (a filter's result) drawn over the whole corpus in grey."""
+    compactions per thread and calls over the window per thread (threads per count); without the
+    state column ``over_window_calls`` (``summary(columns="all")`` reads it), failed turns per
+    thread instead. ``highlight``: a subset of the rows (a filter's result) drawn over the whole
+    corpus in grey."""
     require("matplotlib", feature="plot_corpus_distributions")
+    if "over_window_calls" not in summary.columns:
+        _need(summary, ("thread_id", "tokens", "compactions", "failed_turns"), "plot_corpus_distributions", "summary")
+        return _distributions(summary, highlight, ("failed_turns", "Failed turns per thread", "C1", "C0"))
+    _need(summary, ("thread_id", "tokens", "compactions", "over_window_calls"), "plot_corpus_distributions", "summary")
+    return _distributions(summary, highlight, ("over_window_calls", "Calls over the window", "C3", "C0"))
+
+
+def _distributions(summary: pd.DataFrame, highlight: pd.DataFrame | None, third: tuple[str, str, str, str]) -> Figure:
     from matplotlib.ticker import FuncFormatter
 
-    _need(summary, ("thread_id", "tokens", "compactions", "over_window_calls"), "plot_corpus_distributions", "summary")
     fig = _figure(11.0, 3.3)
     axes = fig.subplots(1, 3)
     tokens = _numbers(summary, "tokens")
@@ -93,13 +102,24 @@ def plot_corpus_distributions(summary: pd.DataFrame, *, highlight: pd.DataFrame 
     ax.set_title("Tokens per thread", fontsize="medium")
     for ax, col, title, color, zero in (
         (axes[1], "compactions", "Compactions per thread", "C2", None),
-        (axes[2], "over_window_calls", "Calls over the window", "C3", "C0"),
+        (axes[2], *third),
     ):
         values = _numbers(summary, col)
         sub = None if highlight is None else _numbers(highlight, col)
         _int_bars(ax, values, sub, color, zero)
         ax.set_xlabel(col.replace("_", " ") + " in the thread")
         ax.set_title(title, fontsize="medium")
+    if third[0] == "over_window_calls":
+        _window_title(axes[2], summary)
+    if highlight is not None:
+        axes[0].legend(loc="best", fontsize="x-small")
+    unread = _unread(summary)
+    title = f"{len(summary):,} threads" + (f" ({unread:,} could not be read, left out)" if unread else "")
+    fig.suptitle(title, fontsize="medium")
+    return fig
+
+
+def _window_title(ax: Any, summary: pd.DataFrame) -> None:
     over = int((_numbers(summary, "over_window_calls") > 0).sum())
     unknown = _window_unknown(summary)
     # NA is not 0: threads whose window is unknown are left out of the bars, and the title says so
@@ -109,13 +129,7 @@ def plot_corpus_distributions(summary: pd.DataFrame, *, highlight: pd.DataFrame 
         said = f"{over:,} threads have some" if over else "none"
         if unknown:
             said += f"; window unknown for {unknown:,}, left out"
-    axes[2].set_title(f"Calls over the window ({said})", fontsize="medium")
-    if highlight is not None:
-        axes[0].legend(loc="best", fontsize="x-small")
-    unread = _unread(summary)
-    title = f"{len(summary):,} threads" + (f" ({unread:,} could not be read, left out)" if unread else "")
-    fig.suptitle(title, fontsize="medium")
-    return fig
+    ax.set_title(f"Calls over the window ({said})", fontsize="medium")
 
 
 def _bins(values: Any) -> Any:

@@ -24,7 +24,10 @@ worker's memory is one chunk's rows and one thread at a time, whatever the corpu
 ``executor``:
 
 - ``None``: in this process, one chunk after the other (an async task on the caller's loop, a
-  sync one in a worker thread); ``source`` may then be a checkpointer instance.
+  sync one in a worker thread); ``source`` may then be a checkpointer instance. Out of process, a
+  :class:`~tulip_nb.memory.backends.FileCheckpointer` instance's URL is derived from its
+  directory when every worker runs on this machine (a process pool, a local Dask cluster); a
+  remote worker, or an instance whose URL cannot be derived, is a :class:`UserError` saying why.
 - any :class:`concurrent.futures.Executor`. A process pool needs a store URL, and the payload must
   pickle. Use a ``spawn`` or ``forkserver`` context (``ProcessPoolExecutor(mp_context=
   multiprocessing.get_context("spawn"))``): forking a process that runs tulip_nb's background
@@ -39,14 +42,16 @@ row with ``error`` (the corpus tasks do). A chunk whose task raises, or whose wo
 "<Type>: <msg>"}`` per thread of the chunk; the other chunks' rows are kept. Rows come back in
 thread order (chunk by chunk, each chunk's rows as its task returned them).
 
-``progress``: ``None`` shows tqdm's automatic bar (the notebook bar in Jupyter) when tqdm is
-installed and there is more than one chunk; ``True`` always shows it; ``False`` shows nothing; a
-callable is called as ``progress(threads_done, threads_total)`` after each chunk.
+``progress``: ``None`` shows tqdm's bar in a terminal (stderr is a tty) when tqdm is installed
+and there is more than one chunk, and nothing in a notebook (``CorpusView`` has its own bar);
+``True`` always shows it (the notebook bar in Jupyter); ``False`` shows nothing; a callable is
+called as ``progress(threads_done, threads_total)`` after each chunk.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 import os
@@ -60,7 +65,15 @@ from tulip_nb.core.errors import UserError
 from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["amap_threads", "error_row", "is_dask_client", "map_threads", "require_picklable"]
+__all__ = [
+    "amap_threads",
+    "error_row",
+    "is_dask_client",
+    "map_threads",
+    "plan_chunks",
+    "require_picklable",
+    "worker_source",
+]
 
 Task = Callable[[Any, list[str], Any], Any]
 """``task(source, chunk, payload) -> list[dict]`` (or an ``async def`` returning it)."""
@@ -134,11 +147,48 @@ def _source_for(where: Any, executor: Any) -> Any:
         return _absolute(url)
     if threads_only:
         return cp
-    raise UserError(
-        f"executor={type(executor).__name__}: workers open the store from its URL, but this corpus was opened from "
-        f"a {type(cp).__name__} instance; open it from a URL the workers can reach "
-        "(open_corpus('postgresql://...'), 's3://bucket/prefix/', 'file:///shared/dir')"
-    )
+    return _derived_url(cp, executor)
+
+
+def _derived_url(cp: BaseCheckpointer, executor: Any) -> str:
+    """The URL workers open an instance's store from: a file store's directory, when every worker
+    runs on this machine (a process pool, a local Dask cluster); else a :class:`UserError` saying why not."""
+    what = f"executor={type(executor).__name__}: workers open the store from its URL, and this corpus was opened from "
+    base = getattr(cp, "base_dir", None)
+    if type(cp).__name__ != "FileCheckpointer" or getattr(cp, "layout", "history") != "history" or base is None:
+        raise UserError(
+            what + f"a {type(cp).__name__} instance, whose URL cannot be derived; open it from a URL the workers can "
+            "reach (open_corpus('postgresql://...'), 's3://bucket/prefix/', 'file:///shared/dir')"
+        )
+    url = "file://" + os.path.abspath(str(base))
+    remote = _remote_workers(executor) if is_dask_client(executor) else []
+    if remote:
+        raise UserError(
+            what + f"a FileCheckpointer on this machine ({url}) and workers {remote[:3]} run elsewhere: they cannot "
+            "read its directory; put the store on a server the workers reach (PostgreSQL, S3) and open it from its URL"
+        )
+    return url
+
+
+def _local_hosts() -> set[str]:
+    import socket
+
+    hosts = {"localhost", "127.0.0.1", "::1", socket.gethostname()}
+    with contextlib.suppress(OSError):
+        hosts |= {str(a[4][0]) for a in socket.getaddrinfo(socket.gethostname(), None)}
+    return hosts
+
+
+def _remote_workers(client: Any) -> list[str]:
+    """The addresses of ``client``'s workers that are not on this machine."""
+    from urllib.parse import urlsplit
+
+    try:
+        workers = list(client.scheduler_info()["workers"])
+    except Exception:
+        return ["(unknown: the scheduler did not answer)"]
+    local = _local_hosts()
+    return [w for w in workers if (urlsplit(w).hostname or "") not in local and not w.startswith("inproc://")]
 
 
 def _absolute(url: str) -> str:
@@ -165,6 +215,36 @@ def _chunks(ids: list[str], size: int) -> list[list[str]]:
     return [ids[i : i + size] for i in range(0, len(ids), size)]
 
 
+def plan_chunks(ids: Sequence[str], executor: Any, chunk_size: int | None) -> list[list[str]]:
+    """The chunks :func:`map_threads` cuts ``ids`` into for ``executor`` (one task each)."""
+    ids = list(ids)
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise UserError(f"map_threads: chunk_size must be a positive int or None, got {chunk_size!r}")
+    if chunk_size is None:
+        per = _IN_PROCESS_CHUNK if executor is None else math.ceil(len(ids) / (4 * _workers(executor)))
+        chunk_size = max(1, min(_MAX_CHUNK, per))
+    return _chunks(ids, chunk_size)
+
+
+def worker_source(corpus_or_source: Any, executor: Any) -> Any:
+    """What a task is given as ``source`` for ``executor``: the open checkpointer in process (or on
+    a thread pool without a URL), else the store URL workers open -- derived from a file store
+    instance when every worker runs on this machine; :class:`UserError` when there is none."""
+    return _source_for(corpus_or_source, executor)
+
+
+def _terminal() -> bool:
+    """Whether a progress bar has a terminal to go to (not a notebook kernel, not a pipe)."""
+    import sys
+
+    if "ipykernel" in sys.modules:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 class _Progress:
     def __init__(self, progress: Progress, total: int, chunks: int) -> None:
         self.total = total
@@ -173,7 +253,7 @@ class _Progress:
         self.bar: Any = None
         if callable(progress) and not isinstance(progress, bool):
             self.fn = progress
-        elif progress is True or (progress is None and chunks > 1):
+        elif progress is True or (progress is None and chunks > 1 and _terminal()):
             try:
                 from tqdm.auto import tqdm
             except ImportError:
@@ -213,19 +293,14 @@ async def amap_threads(
     or an out-of-process executor without a store URL.
     """
     ids = list(thread_ids)
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
-        raise UserError(f"map_threads: chunk_size must be a positive int or None, got {chunk_size!r}")
     dask = executor is not None and is_dask_client(executor)
     if executor is not None and not dask and not isinstance(executor, Executor):
         raise UserError(
             f"executor must be None, a concurrent.futures.Executor or a dask.distributed.Client, "
             f"got {type(executor).__name__}"
         )
+    chunks = plan_chunks(ids, executor, chunk_size)
     source = _source_for(corpus_or_source, executor)
-    if chunk_size is None:
-        per = _IN_PROCESS_CHUNK if executor is None else math.ceil(len(ids) / (4 * _workers(executor)))
-        chunk_size = max(1, min(_MAX_CHUNK, per))
-    chunks = _chunks(ids, chunk_size)
     if executor is not None and not isinstance(executor, ThreadPoolExecutor):
         require_picklable("the task", task, dask=dask)
         require_picklable("the payload", payload, dask=dask)

@@ -91,6 +91,7 @@ __all__ = [
     "Capabilities",
     "Checkpoint",
     "CheckpointInfo",
+    "ThreadSpan",
     "new_checkpoint_id",
     "validate_checkpoint",
     "validate_checkpoint_id",
@@ -182,6 +183,15 @@ class CheckpointInfo:
     def parent_checkpoint_id(self) -> str | None:
         parent = self.metadata.get(PARENT_KEY)
         return parent if isinstance(parent, str) else None
+
+
+@dataclass(frozen=True)
+class ThreadSpan:
+    """A thread's extent from its headers: how many checkpoints, the oldest and the newest."""
+
+    checkpoints: int
+    first: CheckpointInfo
+    latest: CheckpointInfo
 
 
 @dataclass
@@ -562,6 +572,41 @@ class BaseCheckpointer(ABC):
     async def list_threads(self, limit: int | None = 100, pattern: str = "*") -> list[str]:
         """Thread ids matching the glob ``pattern`` (capability ``list_threads``)."""
         raise self._unimplemented("list_threads", "list_threads")
+
+    async def thread_span(self, thread_id: str) -> ThreadSpan | None:
+        """How many checkpoints ``thread_id`` has, its oldest and its newest header (None: no
+        thread) -- what a corpus summary reads besides the newest header's counters.
+
+        The default lists every header (:meth:`list_checkpoint_infos`); a backend with an index
+        answers it with a count and two rows, so a summary costs the same for any thread length.
+
+        >>> import asyncio
+        >>> from tulip_nb.core import AgentState
+        >>> from tulip_nb.memory.backends import MemoryCheckpointer
+        >>> cp = MemoryCheckpointer()
+        >>> first = asyncio.run(cp.save(AgentState(), "t"))
+        >>> last = asyncio.run(cp.save(AgentState(), "t"))
+        >>> span = asyncio.run(cp.thread_span("t"))
+        >>> (span.checkpoints, span.first.checkpoint_id == first, span.latest.checkpoint_id == last)
+        (2, True, True)
+        """
+        infos = await self.list_checkpoint_infos(thread_id, limit=None)
+        return ThreadSpan(len(infos), infos[-1], infos[0]) if infos else None
+
+    async def list_unreadable(self, pattern: str = "*") -> dict[str, str]:
+        """What the store holds under names matching ``pattern`` that :meth:`list_threads` cannot
+        list because nothing of it can be read (a thread directory whose every file is corrupt, an
+        object that does not parse): ``{name: why}``, so a corpus gives each one a row with its
+        error instead of dropping it. ``name`` is the best the store can say (its directory or key
+        name). The default finds nothing: the primitives only see what reads; a backend whose
+        listing skips unreadable data overrides it.
+
+        >>> import asyncio
+        >>> from tulip_nb.memory.backends import MemoryCheckpointer
+        >>> asyncio.run(MemoryCheckpointer().list_unreadable())
+        {}
+        """
+        return {}
 
     async def list_with_metadata(self, limit: int | None = 100) -> list[dict[str, Any]]:
         """Each thread's latest checkpoint with its metadata (capability ``list_with_metadata``)."""

@@ -6,13 +6,15 @@ controller method and puts the HTML/PNG it renders into an ``HTML``/``Image`` va
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
 from tulip_nb._html import esc
 from tulip_nb.lab.controllers.corpus import PAGE_SIZE, CorpusController
-from tulip_nb.widgets._base import Debouncer, Panel
+from tulip_nb.widgets._base import Debouncer, Panel, error_html
 from tulip_nb.widgets.panels import ReplayPlayer
 
 if TYPE_CHECKING:
@@ -39,7 +41,13 @@ class CorpusView(Panel):
         corpus = open_corpus("file:./corpus")
         CorpusView(corpus, configs={"2k": LLMCompactor(context_length=2_000)}, probes=corpus_facts)
         CorpusView(corpus, sim=sim)      # a simulation already run
+        CorpusView(corpus, summary=s, sim=sim)   # both computed earlier (or loaded from a file)
 
+    **It never blocks the kernel.** Without ``summary=``, the view opens at once with the thread
+    ids (every other cell "—", pending) and reads the summary in a background thread, with a
+    progress bar; sorting, filtering, paging and replaying a thread all work meanwhile, and the
+    table fills in when the summary is read (then ``configs=`` are simulated the same way).
+    :meth:`wait` blocks until that is done (scripts, tests); ``background=False`` reads it first.
     ``corpus`` may be a summary frame alone (no replay then).
     """
 
@@ -50,11 +58,25 @@ class CorpusView(Panel):
         probes: Any = None,
         sim: pd.DataFrame | None = None,
         *,
+        summary: pd.DataFrame | None = None,
         page_size: int = PAGE_SIZE,
         debounce: float = 0.25,
+        background: bool = True,
     ) -> None:
-        self.controller = CorpusController(corpus, sim=sim, configs=configs, probes=probes, page_size=page_size)
+        self._lock = threading.RLock()
+        self.done = threading.Event()
+        """Set when the background work (summary, then ``configs=``) is over, or was never needed."""
+        self.error: BaseException | None = None
+        """Why the background work failed (None: it did not)."""
+        self.controller = CorpusController(
+            corpus, summary=summary, defer=background, sim=sim, configs=configs, probes=probes, page_size=page_size
+        )
         c = self.controller
+        self.progress = W.IntProgress(value=0, min=0, max=max(1, len(c.summary)), description="summary")
+        self.progress_label = W.Label()
+        self.progress_box = W.HBox([self.progress, self.progress_label])
+        self.progress_box.add_class("tulip-nb-progress")
+        self.progress_box.layout.display = None if c.pending else "none"
         self.player: ReplayPlayer | None = None
         self._quiet = False
         self.text = W.Text(placeholder="case-00* or a substring", description="thread id")
@@ -86,6 +108,7 @@ class CorpusView(Panel):
         self.tabs.titles = TABS
         super().__init__(
             [
+                self.progress_box,
                 W.HBox([self.text, self.query, self.clear_button]),
                 W.HBox([self.sort_by, self.direction, self.prev_button, self.page_label, self.next_button]),
                 self.status,
@@ -108,6 +131,70 @@ class CorpusView(Panel):
         self.config.observe(self._guard(self.status, self._config), names="value")
         self._show(plots=True)
         self._show_sim()
+        pending_sim = configs is not None and sim is None and c.corpus is not None and c.pending
+        if c.pending:
+            self._start(configs if pending_sim else None, probes)
+        else:
+            self.done.set()
+
+    # -- background work ----------------------------------------------------------------------------
+    def _start(self, configs: Any, probes: Any) -> None:
+        self.progress_label.value = f"reading the summary of {len(self.controller.summary):,} threads…"
+        worker = threading.Thread(
+            target=self._read, args=(configs, probes), name="tulip-nb-corpus-summary", daemon=True
+        )
+        worker.start()
+
+    def _progressed(self, what: str) -> Callable[[int, int], None]:
+        def step(done: int, total: int) -> None:
+            self.progress.max = max(1, total)
+            self.progress.value = done
+            self.progress_label.value = f"{what}: {done:,} of {total:,} threads"
+
+        return step
+
+    def _read(self, configs: Any, probes: Any) -> None:
+        """The background thread: the summary, then the simulation of ``configs`` (if any)."""
+        corpus = self.controller.corpus
+        try:
+            assert corpus is not None
+            frame = corpus.summary(progress=self._progressed("summary"))
+            with self._lock:
+                self.controller.set_summary(frame)
+                self._show(plots=True)
+            if configs is not None:
+                self.progress.description = "simulate"
+                sim = corpus.simulate(configs, probes, progress=self._progressed("simulation"))
+                with self._lock:
+                    self.controller.set_sim(sim)
+                    self.config.options = self.controller.configs
+                    self.config.value = self.controller.config
+                    self.config.disabled = not self.controller.configs
+                    self._show_sim()
+            self.progress_box.layout.display = "none"
+        except BaseException as e:  # shown in the view: a background failure must not vanish
+            self.error = e
+            self.progress_label.value = f"failed: {type(e).__name__}: {e}"
+            self.status.value = error_html(e)
+        finally:
+            self.done.set()
+
+    def wait(self, timeout: float | None = None) -> CorpusView:
+        """Block until the background summary (and simulation) is done; raise what it raised."""
+        if not self.done.wait(timeout):
+            raise TimeoutError(f"CorpusView: the summary was not read within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def _guard(self, status: W.HTML, fn: Callable[..., Any]) -> Callable[..., None]:
+        """A control's callback, one at a time with the background thread's updates."""
+
+        def locked(*args: Any) -> None:
+            with self._lock:
+                fn(*args)
+
+        return super()._guard(status, locked)
 
     def __repr__(self) -> str:
         c = self.controller
@@ -192,6 +279,10 @@ class CorpusView(Panel):
 
     # -- drawing ----------------------------------------------------------------------------------
     def _show(self, *, plots: bool = False) -> None:
+        with self._lock:
+            self._draw(plots=plots)
+
+    def _draw(self, *, plots: bool) -> None:
         c = self.controller
         self.status.value = ""  # the last action worked: an earlier error or note is stale
         self.table.value = c.html()
@@ -209,7 +300,8 @@ class CorpusView(Panel):
             self.thread_list.rows = max(2, len(ids))
         finally:
             self._quiet = False
-        if plots:
+        self.distributions.layout.display = "none" if c.pending else None  # nothing to plot yet
+        if plots and not c.pending:
             self.distributions.value = c.distributions_png()
         self._show_sim()
 

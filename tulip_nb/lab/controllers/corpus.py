@@ -18,7 +18,10 @@ the chosen config's simulation rows for the threads on the page::
     c.set_config("tight"); c.config_rows()  # that config's simulation of the page's threads
 
 ``corpus`` may also be a summary frame alone (a saved ``Corpus.summary()``): everything works but
-opening a thread, which needs the corpus.
+opening a thread, which needs the corpus. ``summary=`` gives a saved summary *with* the corpus
+(threads open, nothing is recomputed); ``defer=True`` starts from a pending summary (ids, NA
+cells: :func:`~tulip_nb.lab.corpus.pending_summary`) that :meth:`CorpusController.set_summary`
+replaces when it has been read -- what ``CorpusView`` does in the background.
 """
 
 from __future__ import annotations
@@ -89,17 +92,35 @@ def _cell(col: str, v: Any) -> tuple[str, bool]:
     return esc(str(v)[:19]), False
 
 
+def _check_same_threads(summary: pd.DataFrame, thread_ids: list[str]) -> None:
+    """:class:`UserError` unless ``summary`` has one row per thread of ``thread_ids``."""
+    if "thread_id" not in summary.columns:
+        raise UserError(f"a corpus summary needs a thread_id column; got {list(summary.columns)}")
+    have = [str(t) for t in summary["thread_id"]]
+    if sorted(have) != sorted(thread_ids):
+        extra = sorted(set(have) - set(thread_ids))[:3]
+        missing = sorted(set(thread_ids) - set(have))[:3]
+        raise UserError(
+            f"the summary is not this corpus's: {len(have)} rows for {len(thread_ids)} threads"
+            + (f"; not in the corpus: {extra}" if extra else "")
+            + (f"; no row for: {missing}" if missing else "")
+        )
+
+
 class CorpusController:
     """Sort, filter, page and select over a corpus summary (see the module docstring).
 
-    ``corpus``: a :class:`~tulip_nb.lab.corpus.Corpus` (or its summary frame); ``sim``: a
-    :meth:`Corpus.simulate` frame, or ``configs`` (+ ``probes``) to simulate now; ``page_size``:
-    rows per page; ``columns``: the summary columns the table shows."""
+    ``corpus``: a :class:`~tulip_nb.lab.corpus.Corpus` (or its summary frame); ``summary``: its
+    summary computed earlier; ``defer``: start from a pending summary (see the module docstring);
+    ``sim``: a :meth:`Corpus.simulate` frame, or ``configs`` (+ ``probes``) to simulate now;
+    ``page_size``: rows per page; ``columns``: the summary columns the table shows."""
 
     def __init__(
         self,
         corpus: Corpus | pd.DataFrame,
         *,
+        summary: pd.DataFrame | None = None,
+        defer: bool = False,
         sim: pd.DataFrame | None = None,
         configs: Any = None,
         probes: Any = None,
@@ -110,16 +131,25 @@ class CorpusController:
 
         if page_size < 1:
             raise UserError(f"page_size must be at least 1, got {page_size}")
+        from tulip_nb.lab.corpus import pending_summary
+
+        self.pending = False
+        """True while the summary is a pending one (ids only: :meth:`set_summary` replaces it)."""
         if isinstance(corpus, pd.DataFrame):
             self.corpus: Corpus | None = None
             summary = corpus
         else:
             self.corpus = corpus
-            summary = corpus.summary()
+            if summary is not None:
+                _check_same_threads(summary, corpus.thread_ids)
+            elif defer:
+                summary, self.pending = pending_summary(corpus.thread_ids), True
+            else:
+                summary = corpus.summary()
         if "thread_id" not in summary.columns:
             raise UserError(f"a corpus summary needs a thread_id column; got {list(summary.columns)}")
         self.summary: pd.DataFrame = summary.reset_index(drop=True)
-        if sim is None and configs is not None:
+        if sim is None and configs is not None and not defer:
             if self.corpus is None:
                 raise UserError("configs= needs a Corpus to simulate; with a summary frame, pass sim=")
             sim = self.corpus.simulate(configs, probes)
@@ -144,6 +174,34 @@ class CorpusController:
 
     def __repr__(self) -> str:
         return f"CorpusController({len(self.rows)}/{len(self.summary)} threads, page {self.page + 1}/{self.pages})"
+
+    def set_summary(self, summary: pd.DataFrame) -> None:
+        """Replace the (pending) summary by ``summary`` -- the same threads -- keeping the sort,
+        the filters, the page and the selection; a query the new frame cannot run is dropped."""
+        if "thread_id" not in summary.columns:
+            raise UserError(f"a corpus summary needs a thread_id column; got {list(summary.columns)}")
+        _check_same_threads(summary, [str(t) for t in self.summary["thread_id"]])
+        self.summary = summary.reset_index(drop=True)
+        self.columns = tuple(c for c in self.columns if c in self.summary.columns) or tuple(
+            c for c in TABLE_COLUMNS if c in self.summary.columns
+        )
+        if self.query:
+            try:
+                self._query_mask(self.summary, self.query)
+            except UserError:
+                self.query = ""
+        self.pending = False
+        self._png.clear()
+        self._changed(keep_page=True)
+
+    def set_sim(self, sim: pd.DataFrame) -> None:
+        """Take a :meth:`Corpus.simulate` frame (computed after the view opened)."""
+        if not {"thread_id", "config"} <= set(sim.columns):
+            raise UserError(f"sim must be a Corpus.simulate frame (thread_id, config, ...); got {list(sim.columns)}")
+        self.sim = sim
+        self.configs = [str(c) for c in dict.fromkeys(sim["config"])]
+        self.config = self.config if self.config in self.configs else (self.configs[0] if self.configs else None)
+        self._sim_summary = None
 
     # -- state ------------------------------------------------------------------------------------
     @property
@@ -338,7 +396,8 @@ class CorpusController:
 
     # -- rendering --------------------------------------------------------------------------------
     def head(self) -> str:
-        """``rows 26-50 of 812 matching (1,000 threads) · sorted by tokens ↓ · page 2 of 33``."""
+        """``rows 26-50 of 812 matching (1,000 threads) · sorted by tokens ↓ · page 2 of 33``
+        (``· summary pending`` while it is read)."""
         n, total = len(self.rows), len(self.summary)
         start = self.page * self.page_size
         shown = f"rows {start + 1:,}-{min(start + self.page_size, n):,}" if n else "no rows"
@@ -346,6 +405,8 @@ class CorpusController:
         if self.sort_by:
             parts.append(f"sorted by {self.sort_by} {'↑' if self.ascending else '↓'}")
         parts.append(f"page {self.page + 1} of {self.pages}")
+        if self.pending:
+            parts.append("summary pending")
         return " · ".join(parts)
 
     def filter_text(self) -> str:
@@ -435,7 +496,9 @@ class CorpusController:
 
     def fallback_html(self) -> str:
         """Everything the view shows, as one HTML fragment (a saved notebook without a kernel)."""
-        parts = [self.html(), png_tag(self.distributions_png(), "corpus distributions")]
+        parts = [self.html()]
+        if not self.pending:  # a pending summary has nothing to plot yet
+            parts.append(png_tag(self.distributions_png(), "corpus distributions"))
         if self.sim is not None:
             parts.append(self.sim_html())
             png = self.facts_png()
