@@ -90,3 +90,29 @@ def test_fallback_na_gives_na_counters_never_zero(tmp_path: Path) -> None:
     assert exact.loc[tid, "read"] == "states" and exact.loc[tid, "turns"] == 8
     with pytest.raises(Exception, match="fallback"):
         corpus.summary(fallback="zero")
+
+
+def test_a_thread_killed_mid_turn_is_read_from_its_state(tmp_path: Path) -> None:
+    """Mid-turn saves carry no counters (counting is paid once per turn): a thread whose newest
+    save is mid-turn (its run was killed in the turn) is read from its state, never stale."""
+    from tulip_nb.core import Message
+    from tulip_nb.core.keys import ITERATION_KEY, RUN_ID_KEY, SOURCE_KEY
+
+    cp = FileCheckpointer(tmp_path, fsync=False)
+    build_messy_corpus(cp, 2, MessySpec(seed=5, turns=6, forks=0))
+    corpus = open_corpus(cp)
+    victim = corpus.thread_ids[0]
+
+    async def crash_mid_turn() -> None:
+        latest = await cp.load_checkpoint(victim)
+        assert latest is not None and read_counts(latest.metadata) is not None
+        state = latest.state.model_copy(deep=True)
+        state.messages.append(Message.user("one more question"))
+        state.messages.append(Message.assistant("", tool_calls=[]))
+        meta = {SOURCE_KEY: "iteration", RUN_ID_KEY: "killed", ITERATION_KEY: 1}
+        await cp.save(state, victim, metadata=meta)
+
+    asyncio.run(crash_mid_turn())
+    got = _assert_equal(cp)
+    rows = dict(zip(got["thread_id"], got["read"], strict=True))
+    assert rows[victim] == "states" and set(rows.values()) == {"headers", "states"}

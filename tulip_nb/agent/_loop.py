@@ -143,8 +143,10 @@ class TurnRunner:
             # turn end; tulip_nb keeps its mid-turn saves.
             state.metadata.pop(ITER_KEY, None)
         meta = {SOURCE_KEY: kind, RUN_ID_KEY: state.run_id, ITERATION_KEY: state.iteration}
-        # the thread's counters at this save, so a corpus summary reads this header, not states
-        meta[COUNTS_KEY] = save_counts(state, self.lineage, kind)
+        if kind != "iteration":
+            # the thread's counters at a turn's end (or stop), so a corpus summary reads this header,
+            # not states; counting is a pass over the messages, so once per turn, not per model call
+            meta[COUNTS_KEY] = save_counts(state, self.lineage, kind)
         expected = (self.parent or "") if self.agent.strict_concurrency else None
         cid = await cp.save(state, self.thread_id, cid, meta, expected_parent=expected)
         self.checkpoint_id = self.parent = cid

@@ -3,9 +3,13 @@
 A corpus summary wants, per thread, how many turns ended how, how many tool calls failed, how
 many idempotent hits and interrupts the thread had. Computing that from states means loading the
 latest state, and for the counts that span runs (idempotent hits live in each run's
-``tool_executions``), one state per run: the cost grows with the thread. So every agent save
-writes the thread's **counters** into its save metadata (:data:`~tulip_nb.core.keys.COUNTS_KEY`),
-and a summary reads the newest header instead (``tulip_nb.lab._corpus_rows``).
+``tool_executions``), one state per run: the cost grows with the thread. So every agent save that
+ends a turn or stops it (``final``, ``error``, ``stopped``, ``interrupt``; also ``Agent.fork`` and
+``update_state``) writes the thread's **counters** into its save metadata
+(:data:`~tulip_nb.core.keys.COUNTS_KEY`), and a summary reads the newest header instead
+(``tulip_nb.lab._corpus_rows``). Mid-turn ``iteration`` saves carry none: counting is a pass over
+the messages, so it is paid once per turn, not at every model call (a 300-turn thread's 1,198
+saves); a thread whose newest save is mid-turn (a run killed in its turn) is read from its state.
 
 Two kinds of counters:
 
