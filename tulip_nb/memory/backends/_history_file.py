@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId, UserError
 from tulip_nb.core.state import AgentState, MessageBlobCache
-from tulip_nb.memory._envelope import encode_envelope_parts
+from tulip_nb.memory._envelope import encode_envelope_parts, matches_pattern
 from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first
 from tulip_nb.memory.backends._history_common import (
     copied_metadata,
@@ -46,6 +46,7 @@ from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
     CheckpointInfo,
+    ThreadSpan,
     new_checkpoint_id,
     validate_checkpoint,
     validate_checkpoint_id,
@@ -420,6 +421,37 @@ class FileCheckpointer(InTreeCheckpointer):
         infos = newest_first(rows + list(foreign.values())) if foreign else rows
         return infos if limit is None else infos[:limit]
 
+    def _span_sync(self, thread_id: str) -> ThreadSpan | None:
+        directory = self.thread_dir(thread_id)
+        self._repair(thread_id, directory)
+        got = self.store.span_sync(thread_id)
+        rows = {got[2].checkpoint_id, got[1].checkpoint_id} if got is not None else set()
+        tulip = list(self._foreign(thread_id, directory, rows).values())
+        if got is None and not tulip:
+            return None
+        infos = newest_first([*tulip, *((got[1].info, got[2].info) if got is not None else ())])
+        return ThreadSpan((got[0] if got is not None else 0) + len(tulip), infos[-1], infos[0])
+
+    def _unreadable_sync(self, pattern: str) -> dict[str, str]:
+        """Thread directories whose every envelope is unreadable and that no history row names."""
+        try:
+            names = sorted(n for n in os.listdir(self._base) if not n.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        known = {safe_name(t) for t in self.store.threads_sync()}
+        out: dict[str, str] = {}
+        for name in names:
+            directory = self._base / name
+            if name in known or os.path.islink(directory) or not directory.is_dir():
+                continue
+            if not matches_pattern(name, pattern):
+                continue
+            heads = self._dirs.scan(directory)
+            problems = [f"{n}: {h.problem}" for n, h in sorted(heads.items()) if h.info is None and h.problem != "gone"]
+            if problems and all(h.info is None for h in heads.values()):
+                out[name] = "no checkpoint file can be read (" + "; ".join(problems[:3]) + ")"
+        return out
+
     def _all_infos_sync(self) -> dict[str, list[CheckpointInfo]]:
         per: dict[str, list[CheckpointInfo]] = {
             t: [r.info for r in rows] for t, rows in self.store.all_rows_sync().items()
@@ -579,6 +611,12 @@ class FileCheckpointer(InTreeCheckpointer):
 
     async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
         return await self.store._run(self._delete_sync, thread_id, set(checkpoint_ids))
+
+    async def thread_span(self, thread_id: str) -> ThreadSpan | None:
+        return await self.store._run(self._span_sync, thread_id)
+
+    async def list_unreadable(self, pattern: str = "*") -> dict[str, str]:
+        return await self.store._run(self._unreadable_sync, pattern)
 
     async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
         return await self.store._run(self._all_infos_sync)

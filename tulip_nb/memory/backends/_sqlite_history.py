@@ -365,6 +365,23 @@ class SQLiteHistory(HistoryStore):
             args: tuple[Any, ...] = (thread_id, limit) if limit is not None else (thread_id,)
             return [self._row(r, strict=False) for r in conn.execute(sql, args)]
 
+    def span_sync(self, thread_id: str) -> tuple[int, Row, Row] | None:
+        """How many rows ``thread_id`` has, its oldest and its newest (None: no rows): a count over
+        the thread's index range and two rows, whatever the thread's length."""
+        if not self.exists():
+            return None
+        with self._txn(write=False) as conn:
+            count = conn.execute("SELECT COUNT(*) FROM checkpoints WHERE thread = ?", (thread_id,)).fetchone()[0]
+            if not count:
+                return None
+            newest = conn.execute(
+                f"SELECT {_COLS} FROM checkpoints WHERE thread = ? {_ORDER} LIMIT 1", (thread_id,)
+            ).fetchone()
+            oldest = conn.execute(
+                f"SELECT {_COLS} FROM checkpoints WHERE thread = ? ORDER BY at_us ASC, cid ASC LIMIT 1", (thread_id,)
+            ).fetchone()
+            return int(count), self._row(oldest, strict=False), self._row(newest, strict=False)
+
     def all_rows_sync(self) -> dict[str, list[Row]]:
         if not self.exists():
             return {}
