@@ -416,6 +416,8 @@ class FileCheckpointer(InTreeCheckpointer):
     def _infos_sync(self, thread_id: str, limit: int | None) -> list[CheckpointInfo]:
         directory = self.thread_dir(thread_id)
         self._repair(thread_id, directory)
+        if not self._foreign(thread_id, directory):  # rows only (as usual): the newest ``limit`` of them
+            return [r.info for r in self.store.rows_sync(thread_id, limit)]
         rows = [r.info for r in self.store.rows_sync(thread_id)]
         foreign = self._foreign(thread_id, directory, {i.checkpoint_id for i in rows})
         infos = newest_first(rows + list(foreign.values())) if foreign else rows
