@@ -343,3 +343,18 @@ def test_first_divergence_is_where_the_lists_part(branch: list[Message], recordi
         for m in branch
     ]
     assert _divergence(renamed, recording, start) == first
+
+
+def test_corpus_sweep_passes_resume_and_budget(corpus: Corpus) -> None:
+    """``corpus.sweep`` takes the live-model options ``sweep_corpus`` has: a re-run reuses the
+    branches it made (``resume=True``), ``resume=False`` makes new ones, a budget stops it."""
+    from tulip_nb.models import Budget
+
+    variants = {"same": {}}
+    first = corpus.sweep(variants, agent=sweep_agent(), progress=False)
+    again = corpus.sweep(variants, agent=sweep_agent(), progress=False)
+    assert list(again["branch_thread_id"]) == list(first["branch_thread_id"])
+    fresh = corpus.sweep(variants, agent=sweep_agent(), progress=False, resume=False)
+    assert not set(fresh["branch_thread_id"]) & set(first["branch_thread_id"])
+    stopped = corpus.sweep(variants, agent=sweep_agent(), progress=False, resume=False, budget=Budget(tokens=1))
+    assert stopped.attrs["budget"]["stopped"]

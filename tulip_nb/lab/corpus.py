@@ -393,13 +393,24 @@ class Corpus:
         executor: Any = None,
         max_concurrency: int = 8,
         progress: Progress = None,
+        budget: Any = None,
+        resume: bool = True,
     ) -> pd.DataFrame:
         """One live branch per thread x variant from ``at``: see
-        :func:`tulip_nb.lab.corpus_sweep.asweep_corpus`."""
+        :func:`tulip_nb.lab.corpus_sweep.asweep_corpus` (``budget=``: tokens or money for the whole
+        sweep; ``resume=True``: a re-run finishes only what is missing)."""
         from tulip_nb.lab.corpus_sweep import asweep_corpus
 
         result: pd.DataFrame = await asweep_corpus(
-            self, variants, at=at, agent=agent, executor=executor, max_concurrency=max_concurrency, progress=progress
+            self,
+            variants,
+            at=at,
+            agent=agent,
+            executor=executor,
+            max_concurrency=max_concurrency,
+            progress=progress,
+            budget=budget,
+            resume=resume,
         )
         return result
 
