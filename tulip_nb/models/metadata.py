@@ -14,9 +14,9 @@ Lookups accept a ``provider:`` prefix and dated snapshots (``gpt-4o-2024-08-06``
 
 from __future__ import annotations
 
-import re
-import threading
 from dataclasses import dataclass
+
+from tulip_nb.models._by_model import ByModel, bare_name
 
 __all__ = ["ModelMetadata", "metadata_for", "register_metadata"]
 
@@ -46,35 +46,18 @@ _BUILTIN: tuple[ModelMetadata, ...] = (
     ModelMetadata("gpt-3.5-turbo", 16_385, 4_096),
 )
 
-_lock = threading.Lock()
-_registry: dict[str, ModelMetadata] = {m.name: m for m in _BUILTIN}
-_SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{4}|latest)$")
-
-
-def _bare(name: str) -> str:
-    name = name.strip()
-    if ":" in name:
-        name = name.split(":", 1)[1]
-    return name.lower()
+_limits: ByModel[ModelMetadata] = ByModel({m.name: m for m in _BUILTIN})
 
 
 def register_metadata(name: str, *, context_window: int, max_output_tokens: int | None = None) -> ModelMetadata:
     """Register (or replace) the limits of model ``name``; returns the entry."""
     if context_window <= 0:
         raise ValueError(f"context_window must be positive, got {context_window}")
-    entry = ModelMetadata(_bare(name), context_window, max_output_tokens)
-    with _lock:
-        _registry[entry.name] = entry
+    entry = ModelMetadata(bare_name(name), context_window, max_output_tokens)
+    _limits.set(entry.name, entry)
     return entry
 
 
 def metadata_for(name: str | None) -> ModelMetadata | None:
     """The registered limits of ``name`` (prefix and snapshot date ignored), or None if unknown."""
-    if not name:
-        return None
-    bare = _bare(name)
-    with _lock:
-        if bare in _registry:
-            return _registry[bare]
-        stripped = _SNAPSHOT.sub("", bare)
-        return _registry.get(stripped)
+    return _limits.get(name)

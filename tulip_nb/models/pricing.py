@@ -24,11 +24,10 @@ True
 
 from __future__ import annotations
 
-import re
-import threading
 from dataclasses import dataclass
 from typing import Any
 
+from tulip_nb.models._by_model import ByModel
 from tulip_nb.models.base import Usage
 
 __all__ = ["DEFAULT_PRICES", "Price", "cost_of", "model_cost", "price_for", "register_price"]
@@ -76,34 +75,17 @@ DEFAULT_PRICES: dict[str, Price] = {
 }
 """The shipped list prices (USD per 1M tokens; see the module docstring)."""
 
-_lock = threading.Lock()
-_registry: dict[str, Price] = dict(DEFAULT_PRICES)
-_SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{4}|latest)$")
-
-
-def _bare(name: str) -> str:
-    name = name.strip()
-    if ":" in name:
-        name = name.split(":", 1)[1]
-    return name.lower()
+_prices: ByModel[Price] = ByModel(DEFAULT_PRICES)
 
 
 def register_price(model: str, price: Price | None) -> None:
     """Set (or, with None, remove) the price of ``model`` for this process."""
-    with _lock:
-        if price is None:
-            _registry.pop(_bare(model), None)
-        else:
-            _registry[_bare(model)] = price
+    _prices.set(model, price)
 
 
 def price_for(model: str | None) -> Price | None:
     """The price of ``model`` (``provider:`` prefix and snapshot date ignored), or None if unknown."""
-    if not model:
-        return None
-    bare = _bare(model)
-    with _lock:
-        return _registry.get(bare) or _registry.get(_SNAPSHOT.sub("", bare))
+    return _prices.get(model)
 
 
 def cost_of(model: str | None, usage: Usage, price: Price | None = None) -> float | None:
