@@ -517,8 +517,9 @@ def pending_summary(thread_ids: Sequence[str]) -> pd.DataFrame:
     """A summary frame with the ids of ``thread_ids`` and every other cell NA: what a view shows
     while the summary is being read (NA is "not known yet", never 0).
 
-    >>> pending_summary(["a", "b"])[["thread_id", "turns"]].to_dict("list")
-    {'thread_id': ['a', 'b'], 'turns': [<NA>, <NA>]}
+    >>> frame = pending_summary(["a", "b"])
+    >>> list(frame["thread_id"]), bool(frame["turns"].isna().all()), str(frame["turns"].dtype)
+    (['a', 'b'], True, 'Int64')
     """
     return _frame([{"thread_id": t} for t in thread_ids], ALL_SUMMARY_COLUMNS, _COUNTS)[SUMMARY_COLUMNS]
 
