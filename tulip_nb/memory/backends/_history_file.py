@@ -116,7 +116,6 @@ class FileCheckpointer(InTreeCheckpointer):
         self.layout = layout
         self.every = layout == "tulip"
         """Project every checkpoint (``layout="tulip"``), not only the latest turn end."""
-        self.base_dir = Path(base_dir)
         self._base = self.base_dir.resolve()  # a symlinked base_dir is followed once, here
         self.fsync = fsync
         self.sign = sign
