@@ -163,3 +163,34 @@ async def test_plain_tulip_protocol_server_has_no_extensions() -> None:
                 await cp.list_threads()
             with pytest.raises(CapabilityNotSupported):
                 await cp.save(full_state(), "t", expected_parent=cid)
+
+
+async def test_delete_of_a_missing_checkpoint_is_false_on_any_json_404_and_an_outage_on_html() -> None:
+    """tulip's checkpoint service answers a missing checkpoint with ``{"error": "Not found"}``: that is
+    "nothing to delete" (False). A 404 that is not JSON (a proxy, a wrong base_url) is an outage, and a
+    JSON 404 naming another of our errors is not read as "absent"."""
+    skip_without("starlette", "uvicorn", "httpx", extra="server")
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, JSONResponse, Response
+    from starlette.routing import Route
+
+    from tulip_nb.core.errors import BackendUnavailable
+    from tulip_nb.memory.backends import HTTPCheckpointer
+
+    async def delete(request: Request) -> Response:
+        cid = request.path_params["cid"]
+        if cid == "html":
+            return HTMLResponse("<h1>Not Found</h1>", 404)
+        if cid == "invalid":
+            return JSONResponse({"error": "InvalidThreadId", "message": "bad id"}, 404)
+        return JSONResponse({"error": "Not found"}, 404)
+
+    app = Starlette(routes=[Route("/threads/{tid}/checkpoints/{cid}", delete, methods=["DELETE"])])
+    with serve_app(app) as url:
+        async with HTTPCheckpointer(url) as cp:
+            assert await cp.delete("thread1", "nonexistent") is False
+            with pytest.raises(BackendUnavailable, match="not the protocol's not-found"):
+                await cp.delete("thread1", "html")
+            with pytest.raises(BackendUnavailable):
+                await cp.delete("thread1", "invalid")

@@ -148,3 +148,44 @@ def test_objects_without_the_dict_api_are_refused() -> None:
 
     with pytest.raises(TypeError, match="already a checkpointer"):
         StorageBackendAdapter(MemoryCheckpointer())
+
+
+class WriteOnlyKV(MinimalKV):
+    """A backend that stores writes elsewhere and reads nothing back (a write-through cache, a
+    mock): the adapter must not depend on reading its own record back to write ``:latest``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: list[str] = []
+
+    async def save(self, thread_id: str, data: dict[str, Any]) -> None:
+        self.saved.append(thread_id)
+
+    async def load(self, thread_id: str) -> dict[str, Any] | None:
+        return None
+
+
+async def test_a_save_writes_tulips_latest_key_without_reading_the_record_back() -> None:
+    kv = WriteOnlyKV()
+    cid = await StorageBackendAdapter(kv).save(full_state(), "t1")
+    assert kv.saved == [f"t1:{cid}", "t1:latest", "t1:_checkpoints"]
+
+
+class VacuumingKV(MinimalKV):
+    """A backend with its own ``vacuum(older_than_days)`` (tulip's backends have one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vacuumed: list[float] = []
+
+    async def vacuum(self, older_than_days: float) -> int:
+        self.vacuumed.append(older_than_days)
+        return 3
+
+
+async def test_a_backends_own_vacuum_is_the_capability_and_is_called() -> None:
+    cp = StorageBackendAdapter(VacuumingKV())
+    assert cp.capabilities.vacuum and not cp.capabilities.list_threads
+    assert await cp.vacuum(older_than_days=30) == 3
+    assert cp.backend.vacuumed == [30]
+    assert not StorageBackendAdapter(MinimalKV()).capabilities.vacuum

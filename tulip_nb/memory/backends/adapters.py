@@ -142,6 +142,9 @@ class _ForeignKV(KVStore):
         self.backend_name = type(backend).__name__
         lister = getattr(backend, "list_threads", None)
         self._lister = lister if callable(lister) else None
+        vacuum = getattr(backend, "vacuum", None)
+        self.own_vacuum: Callable[..., Any] | None = vacuum if callable(vacuum) else None
+        """The backend's own ``vacuum(older_than_days)`` (tulip's backends have one): used as is."""
         self.can_list_keys = self._lister is not None
         self.ttl_seconds = None
         self._locks: PerLoop[weakref.WeakValueDictionary[str, asyncio.Lock]] = PerLoop()
@@ -165,10 +168,15 @@ class _ForeignKV(KVStore):
         async with lock:
             txn = _ForeignTxn(self)
             result = await body(txn)
+            written: dict[str, bytes] = {}
             for op in txn.ops:
                 match op:
                     case Put(key, value):
                         await _call(self.backend.save, key, orjson.loads(value))
+                        written[key] = value
+                    case Copy(source, dest) if source in written:  # written above: no read back
+                        await _call(self.backend.save, dest, orjson.loads(written[source]))
+                        written[dest] = written[source]
                     case Copy(source, dest):
                         data = await _call(self.backend.load, source)
                         if data is not None:  # a fresh copy: a dict-backed store may keep the object
@@ -234,7 +242,7 @@ class StorageBackendAdapter(BaseCheckpointer):
         return Capabilities(
             search=b.supports_search,
             metadata_query=b.supports_metadata_query,
-            vacuum=b.can_list_keys,
+            vacuum=b.can_list_keys or isinstance(b, _ForeignKV) and b.own_vacuum is not None,
             branching=True,
             ttl=b.ttl_seconds is not None,
             list_threads=b.can_list_keys,
@@ -456,6 +464,8 @@ class StorageBackendAdapter(BaseCheckpointer):
         return hits[:limit]
 
     async def vacuum(self, older_than_days: float = 30) -> int:
+        if isinstance(self._kv, _ForeignKV) and self._kv.own_vacuum is not None:
+            return int(await _call(self._kv.own_vacuum, older_than_days))  # the backend's own guarantee
         self._require("vacuum", "vacuum")
         cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
         removed = 0

@@ -50,6 +50,7 @@ from urllib.parse import quote
 
 import orjson
 
+from tulip_nb.core import errors as _errors
 from tulip_nb.core import parse_datetime, utcnow
 from tulip_nb.core.errors import (
     BackendUnavailable,
@@ -99,6 +100,10 @@ PUT_HEADER = "x-tulip-nb-put"
 """Request header (tulip_nb extension): store the POSTed envelope verbatim (``put_checkpoint``)."""
 
 _NOT_FOUND_KINDS = frozenset(("CheckpointNotFound", "ThreadNotFound"))
+_ERROR_KINDS = frozenset(
+    name for name, obj in vars(_errors).items() if isinstance(obj, type) and issubclass(obj, _errors.TulipNBError)
+)
+"""Our error classes by name: a JSON 404 naming one that is not a not-found is that error, not "absent"."""
 _NOT_PROTOCOL_404 = "not the protocol's not-found (a proxy, or a wrong base_url?)"
 
 
@@ -202,11 +207,16 @@ class HTTPCheckpointer(InTreeCheckpointer):
     @staticmethod
     def _protocol_not_found(resp: Any) -> bool:
         """A 404 that is the protocol's not-found: a JSON object, ours (``CheckpointNotFound`` /
-        ``ThreadNotFound``) or a plain server's (``{"detail": ...}``). An HTML 404 is not."""
+        ``ThreadNotFound``), tulip's service's (``{"error": "Not found"}``) or a plain server's
+        (``{"detail": ...}``). An HTML (non-JSON) 404 is not, nor a JSON one that names another of
+        our errors (``{"error": "InvalidThreadId"}``)."""
         if resp.status_code != 404:
             return False
         body = _loads(resp.content)
-        return isinstance(body, dict) and body.get("error") in (None, *_NOT_FOUND_KINDS)
+        if not isinstance(body, dict):
+            return False
+        kind = body.get("error")
+        return kind in (None, *_NOT_FOUND_KINDS) or not (isinstance(kind, str) and kind in _ERROR_KINDS)
 
     def _receipt(self, resp: Any, action: str, thread_id: str, checkpoint_id: str) -> None:
         """A save is acknowledged only by ``{"checkpoint_id": <the id sent>, ...}``."""
