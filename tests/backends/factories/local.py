@@ -33,7 +33,8 @@ FACTORIES: dict[str, Factory] = {
     "file": file_backend,
     "file-tulip": file_tulip_backend,
 }
-RACING = frozenset({"memory", "file", "file-tulip"})
-"""The factories above that run the suite's race cases (``CheckpointerSuite.races``): all of them,
-the history model's stores (a fork or copy is rows on shared entries, never a file of another
-thread's)."""
+RACING = frozenset({"memory", "file", "file-tulip", "http", "tulip_pg", "opensearch"})
+"""The factories that run the suite's race cases (``CheckpointerSuite.races``): the history model's
+stores (a fork or copy is rows on shared entries, never a file of another thread's), the HTTP
+client (the server's store decides), tulip's PgCheckpointer table (a copy is one transaction holding
+both threads' locks) and OpenSearch's emulator (the adapter's copy reads a snapshot of the source)."""

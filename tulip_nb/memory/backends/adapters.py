@@ -103,6 +103,8 @@ __all__ = [
     "redis_checkpointer",
 ]
 
+_SNAPSHOT_TRIES = 20
+"""How often a copy re-reads a source that keeps changing under it before it gives up."""
 _NO_LIMIT = 2**31 - 1
 """What ``limit=None`` (no limit) becomes where a store needs a number (SQL ``LIMIT``)."""
 
@@ -242,7 +244,7 @@ class StorageBackendAdapter(BaseCheckpointer):
         return Capabilities(
             search=b.supports_search,
             metadata_query=b.supports_metadata_query,
-            vacuum=b.can_list_keys or isinstance(b, _ForeignKV) and b.own_vacuum is not None,
+            vacuum=b.can_list_keys or (isinstance(b, _ForeignKV) and b.own_vacuum is not None),
             branching=True,
             ttl=b.ttl_seconds is not None,
             list_threads=b.can_list_keys,
@@ -500,10 +502,7 @@ class StorageBackendAdapter(BaseCheckpointer):
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         validate_thread_id(source_thread_id)
         validate_thread_id(dest_thread_id)
-        entries = await self._index(source_thread_id)
-        if not entries:
-            raise CheckpointNotFound("source thread has no checkpoints", thread_id=source_thread_id)
-        raws = await self._kv.get_many([record_key(source_thread_id, e.checkpoint_id) for e in entries])
+        entries, raws = await self._snapshot(source_thread_id)
         copied: list[tuple[IndexEntry, bytes]] = []
         for e, raw in zip(entries, raws, strict=True):
             if raw is None:
@@ -526,6 +525,23 @@ class StorageBackendAdapter(BaseCheckpointer):
             return True
 
         return await self._kv.transact(ikey, body)
+
+    async def _snapshot(self, thread_id: str) -> tuple[list[IndexEntry], list[bytes | str | None]]:
+        """The thread's index and its records as of one moment: the index is read again after the
+        records and the read repeated until it has not changed, so a prune or delete committed in
+        between (which changes the index and the records in one transaction) is never half seen."""
+        ids: list[str] | None = None
+        for _ in range(_SNAPSHOT_TRIES):
+            entries = await self._index(thread_id)
+            if not entries:
+                raise CheckpointNotFound("source thread has no checkpoints", thread_id=thread_id)
+            raws = await self._kv.get_many([record_key(thread_id, e.checkpoint_id) for e in entries])
+            ids = [e.checkpoint_id for e in entries]
+            if [e.checkpoint_id for e in await self._index(thread_id)] == ids:
+                return entries, raws
+        raise CheckpointConflict(
+            f"source thread changed during each of {_SNAPSHOT_TRIES} reads; try the copy again", thread_id=thread_id
+        )
 
 
 # -- factories ---------------------------------------------------------------------------------

@@ -99,6 +99,8 @@ __all__ = ["PUT_HEADER", "HTTPCheckpointer", "segment"]
 PUT_HEADER = "x-tulip-nb-put"
 """Request header (tulip_nb extension): store the POSTed envelope verbatim (``put_checkpoint``)."""
 
+_ALL = 2**31 - 1
+"""The ``limit`` sent for "no limit"."""
 _NOT_FOUND_KINDS = frozenset(("CheckpointNotFound", "ThreadNotFound"))
 _ERROR_KINDS = frozenset(
     name for name, obj in vars(_errors).items() if isinstance(obj, type) and issubclass(obj, _errors.TulipNBError)
@@ -408,7 +410,9 @@ class HTTPCheckpointer(InTreeCheckpointer):
 
     async def _list(self, thread_id: str, limit: int | None) -> list[Any]:
         path = self._t(thread_id) + "/checkpoints"
-        params = {} if limit is None else {"limit": limit}
+        # no limit is asked for as the largest one: a server's default (10 on ours and tulip's)
+        # must never cut a listing the caller asked to have whole
+        params = {"limit": _ALL if limit is None else limit}
         action = "list checkpoints"
         resp = await self._request("GET", path, action=action, params=params)
         if self._protocol_not_found(resp):

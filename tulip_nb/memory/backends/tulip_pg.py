@@ -35,7 +35,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import orjson
 
 from tulip_nb.core import parse_datetime, utcnow
-from tulip_nb.core.errors import BackendUnavailable, CheckpointNotFound, UserError
+from tulip_nb.core.errors import BackendUnavailable, CheckpointConflict, CheckpointNotFound, UserError
 from tulip_nb.core.state import AgentState, state_json_bytes
 from tulip_nb.memory._envelope import info_row, matches_pattern, state_from_obj
 from tulip_nb.memory._pools import PoolPerLoop
@@ -132,7 +132,7 @@ class TulipPgCheckpointer(BaseCheckpointer):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(metadata_query=True, list_threads=True, persistent_checkpoint_ids=True)
+        return Capabilities(metadata_query=True, list_threads=True, branching=True, persistent_checkpoint_ids=True)
 
     # -- plumbing -----------------------------------------------------------------------------
     def tenant_for(self, thread_id: str) -> str:
@@ -183,18 +183,22 @@ class TulipPgCheckpointer(BaseCheckpointer):
         return await self._pools.get()
 
     @contextlib.asynccontextmanager
-    async def _tx(self, thread_id: str | None, *, lock: bool = False) -> AsyncIterator[tuple[Any, str]]:
-        """A connection in a transaction with the tenant pinned (and the thread locked)."""
+    async def _tx(
+        self, thread_id: str | None, *, lock: bool = False, also: str | None = None
+    ) -> AsyncIterator[tuple[Any, str]]:
+        """A connection in a transaction with the tenant pinned (and the thread locked; with
+        ``also``, that thread of the same tenant too, the two locks taken in one order)."""
         tenant = self.tenant_for(thread_id) if thread_id is not None else self.tenant
         pool = await self._get_pool()
         try:
             async with pool.acquire() as conn, conn.transaction():
                 await conn.execute(f"SELECT set_config('{TENANT_GUC}', $1, true)", tenant)
                 if lock and thread_id is not None:
-                    await conn.execute(
-                        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                        f"{self.table}\x1f{tenant}\x1f{thread_id}",
-                    )
+                    for tid in sorted({thread_id, *([also] if also is not None else [])}):
+                        await conn.execute(
+                            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                            f"{self.table}\x1f{tenant}\x1f{tid}",
+                        )
                 yield conn, tenant
         except (OSError, self._asyncpg.PostgresConnectionError, self._asyncpg.InterfaceError) as e:
             raise BackendUnavailable(
@@ -362,6 +366,38 @@ class TulipPgCheckpointer(BaseCheckpointer):
                     checkpoint_id,
                 )
         return not str(status).endswith(" 0")
+
+    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
+        """Copy every row of the source to an empty destination thread of the same tenant, in one
+        transaction holding both threads' locks (a prune or delete of the source is before or after
+        it, never half seen); each row's metadata records ``copied_from``."""
+        validate_thread_id(source_thread_id)
+        validate_thread_id(dest_thread_id)
+        tenant = self.tenant_for(source_thread_id)
+        if self.tenant_for(dest_thread_id) != tenant:
+            raise UserError(
+                f"copy_thread cannot move a thread between tenants ({tenant!r} -> {self.tenant_for(dest_thread_id)!r})",
+                thread_id=dest_thread_id,
+            )
+        async with self._tx(source_thread_id, lock=True, also=dest_thread_id) as (conn, tenant):
+            if await conn.fetchval(
+                f"SELECT 1 FROM {self.table} WHERE tenant = $1 AND thread_id = $2 LIMIT 1", tenant, dest_thread_id
+            ):
+                raise CheckpointConflict(
+                    "destination thread already has checkpoints; delete it first", thread_id=dest_thread_id
+                )
+            status = await conn.execute(
+                f"INSERT INTO {self.table} (tenant, thread_id, checkpoint_id, data, metadata, oldest_at, created_at) "
+                "SELECT tenant, $3, checkpoint_id, data, metadata || jsonb_build_object('copied_from', "
+                "jsonb_build_object('thread_id', thread_id, 'checkpoint_id', checkpoint_id)), oldest_at, created_at "
+                f"FROM {self.table} WHERE tenant = $1 AND thread_id = $2 ORDER BY seq",
+                tenant,
+                source_thread_id,
+                dest_thread_id,
+            )
+        if str(status).endswith(" 0"):
+            raise CheckpointNotFound("source thread has no checkpoints", thread_id=source_thread_id)
+        return True
 
     async def get_metadata(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any] | None:
         for info in await self.list_checkpoint_infos(thread_id, limit=None):
