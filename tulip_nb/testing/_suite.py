@@ -149,6 +149,14 @@ class CheckpointerSuite:
         loaded = await checkpointer.load("list")
         assert loaded is not None and loaded.messages[1].content == "question 0 4"
 
+    async def test_no_limit_lists_past_any_default(self, checkpointer: BaseCheckpointer) -> None:
+        """``limit=None`` is the whole thread, however many checkpoints (a server's or a store's
+        default page, 10 on many, must never cut it silently)."""
+        ids = [await checkpointer.save(full_state(marker=str(i)), "many") for i in range(12)]
+        assert await checkpointer.list_checkpoints("many", limit=None) == ids[::-1]
+        infos = await checkpointer.list_checkpoint_infos("many", limit=None)
+        assert [i.checkpoint_id for i in infos] == ids[::-1]
+
     async def test_every_save_records_its_parent(self, checkpointer: BaseCheckpointer) -> None:
         self._skip_unless(self.keeps_save_metadata, "save metadata")
         first = await checkpointer.save(full_state(), "lineage", metadata={"step": 1})
