@@ -259,9 +259,12 @@ async def test_latest_on_an_extension_server(answer: tuple[int, str, bytes], out
         ((404, "application/json", b'{"error": "CheckpointNotFound", "message": "no"}'), CheckpointNotFound),
         ((404, "text/html", HTML), BackendUnavailable),
         ((404, "text/plain", b"404 page not found"), BackendUnavailable),
-        ((404, "application/json", b'{"error": "NotFound", "message": "no route for GET /x"}'), BackendUnavailable),
+        # any JSON 404 is the protocol's answer (tulip's service says {"error": "Not found"}): only a
+        # body that is not JSON is a proxy or a wrong base_url, and one naming another of our errors
+        ((404, "application/json", b'{"error": "Not found"}'), CheckpointNotFound),
+        ((404, "application/json", b'{"error": "CheckpointCorrupt", "message": "x"}'), BackendUnavailable),
     ],
-    ids=["plain-json", "ours", "proxy-html", "proxy-text", "no-route"],
+    ids=["plain-json", "ours", "proxy-html", "proxy-text", "tulips-404", "another-error"],
 )
 async def test_only_the_protocols_404_is_not_found(answer: tuple[int, str, bytes], outcome: type) -> None:
     cp = checkpointer({("GET", "/threads/t/checkpoints/c1"): answer})
@@ -285,6 +288,7 @@ async def test_only_the_protocols_404_is_not_found(answer: tuple[int, str, bytes
         ((204, "", b""), True),
         (PLAIN_404, False),
         ((404, "application/json", b'{"error": "CheckpointNotFound", "message": "nothing to delete"}'), False),
+        ((404, "application/json", b'{"error": "Not found"}'), False),
         ((200, "text/html", HTML), BackendUnavailable),
         ((200, "application/json", b"{}"), BackendUnavailable),
         ((200, "application/json", b""), BackendUnavailable),
@@ -298,6 +302,7 @@ async def test_only_the_protocols_404_is_not_found(answer: tuple[int, str, bytes
         "204",
         "plain-404",
         "our-404",
+        "tulips-404",
         "html",
         "empty-object",
         "empty",

@@ -25,10 +25,13 @@ servers answer 200 with bodies that are not the protocol's:
   top level or under ``state``) for the requested checkpoint. A 200 ``{}`` or ``{"error": ...}`` is
   ``BackendUnavailable``, never an empty state. A listing must be a list of ids (or of
   ``{"checkpoint_id"}`` objects), bare or under ``"checkpoints"``.
-- "not found" is the protocol's not-found only: a 404 whose body is a JSON object, either one of
-  our errors (``CheckpointNotFound`` / ``ThreadNotFound``) or a plain server's (e.g.
-  ``{"detail": ...}``). A 404 with an HTML body (a proxy, a wrong ``base_url``) is
-  ``BackendUnavailable``, not "no such checkpoint".
+- "not found" is the protocol's not-found only: a 404 whose body is a JSON object, ours
+  (``CheckpointNotFound`` / ``ThreadNotFound``), tulip's service's (``{"error": "Not found"}``) or a
+  plain server's (e.g. ``{"detail": ...}``), unless it names another of our errors. A 404 whose
+  body is not JSON (a proxy, a wrong ``base_url``) is ``BackendUnavailable``, not "no such
+  checkpoint".
+- a listing with no limit asks for ``limit=2147483647``: a server's default page (10 on ours and
+  tulip's) never cuts it.
 - ``delete()`` is True only for ``{"deleted": true}`` (or a bodiless 204), and False for the
   protocol's not-found.
 - ``timeout=`` bounds each *call*: the requests one call makes (discovery, listing, the read), body
