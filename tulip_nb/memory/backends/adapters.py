@@ -53,11 +53,11 @@ import inspect
 import weakref
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 
-from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound
+from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
 from tulip_nb.core.state import AgentState, state_json_bytes
 from tulip_nb.memory._envelope import info_row, matches_pattern, metadata_matches, search_hit, search_state
 from tulip_nb.memory._pools import PerLoop
@@ -525,12 +525,34 @@ def redis_checkpointer(
     prefix: str = "tulip:state:",
     *,
     sign: bool = True,
+    layout: Literal["history", "tulip", "kv"] | None = None,
     **kwargs: Any,
-) -> StorageBackendAdapter:
-    """A checkpointer on Redis: keys ``<prefix><tid>:<cid>``, optional TTL per thread."""
+) -> BaseCheckpointer:
+    """A checkpointer on Redis, keys under ``prefix`` (tulip's keys ``<prefix><tid>:<cid>`` included).
+
+    ``layout``:
+
+    - ``"history"`` (the default): the history model (:mod:`.redis_history`): each message stored
+      once, a save costs what it adds, a copy writes rows only; the thread's latest turn end is
+      also written as tulip's keys, in the same transaction, so a tulip agent resumes it.
+    - ``"tulip"``: the same, with every checkpoint written as tulip's keys.
+    - ``"kv"``: tulip's own layout only (:class:`StorageBackendAdapter`): every checkpoint's whole
+      state, rewritten index; the cost of a save grows with the thread. The layout for
+      ``ttl_seconds`` (every key of a thread expires together, ``ttl_seconds`` after its last
+      save): with ``ttl_seconds`` and no ``layout``, this one is used; the history layouts refuse
+      a TTL (entries are shared between threads, so they cannot expire with one).
+    """
     from tulip_nb.memory.backends.redis import RedisBackend
 
-    return StorageBackendAdapter(RedisBackend(url=url, prefix=prefix, ttl_seconds=ttl_seconds, **kwargs), sign=sign)
+    chosen = layout if layout is not None else ("kv" if ttl_seconds is not None else "history")
+    if chosen not in ("history", "tulip", "kv"):
+        raise UserError(f"redis_checkpointer layout must be 'history', 'tulip' or 'kv', got {layout!r}")
+    backend = RedisBackend(url=url, prefix=prefix, ttl_seconds=ttl_seconds, **kwargs)
+    if chosen == "kv":
+        return StorageBackendAdapter(backend, sign=sign)
+    from tulip_nb.memory.backends.redis_history import RedisHistoryCheckpointer
+
+    return RedisHistoryCheckpointer(backend, layout=chosen, sign=sign)
 
 
 def postgresql_checkpointer(

@@ -1,0 +1,1089 @@
+"""The history model (:mod:`tulip_nb.memory.history`) on Redis, with tulip's keys as its projection.
+
+Keys, all under the backend's prefix in the namespace ``<prefix>\\x00h:`` (thread ids cannot hold
+NUL, so no key of tulip's layout ``<prefix><tid>:...`` starts there)::
+
+    \\x00h:e          hash  entry id (32 bytes) -> parent id (32 bytes, zeros for the first) + message JSON
+    \\x00h:n          hash  entry id -> reference count (rows whose head it is + entries whose parent it is)
+    \\x00h:v          string  the store's version: every write transaction WATCHes it and INCRs it
+    \\x00h:t          set   the threads that have rows
+    \\x00h:r:<tid>    hash  checkpoint id -> row header (JSON) + "\\n" + save metadata (JSON)
+    \\x00h:f:<tid>    hash  checkpoint id -> the state's other fields, whole or a patch (rest_delta)
+    \\x00h:o:<tid>    zset  checkpoint id scored by created_at in microseconds (the listing order)
+
+**Writes.** Every read-modify-write (save, copy, rewrite, delete) WATCHes the version key (and
+the thread's tulip index key), reads what it needs, and writes everything (entries, reference
+counts, rows, tulip's keys) in one ``MULTI``/``EXEC`` that also INCRs the version; a concurrent
+write makes ``EXEC`` fail and the body runs again. So writers are serialised store-wide, as
+SQLite's ``BEGIN IMMEDIATE`` serialises the file store's: entries are shared between threads
+(a fork or copy points at them), and a delete of one thread may collect an entry another writer
+is about to reference; with one version key no such write can commit on a stale read.
+Reference-count walks run server side (a Lua script queued in the same ``EXEC``).
+
+**Loads** are one Lua script (atomic, one round trip): the row, the stored fields of its patch
+chain, and its history walked from the head entry by the parent links, server side. Every
+entry is re-hashed against its id and the row's digest is checked: a flipped bit is
+:class:`~tulip_nb.core.errors.CheckpointCorrupt`, never an older state.
+
+**tulip's keys** (:mod:`._kv_projection`) are written in the same ``EXEC``: the latest turn end
+(or every checkpoint) as ``<tid>:<cid>``, ``<tid>:latest`` and the ``<tid>:_checkpoints`` index,
+which also keeps tulip's own checkpoints (index entries naming no row: a tulip agent's turns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+import orjson
+from pydantic import ValidationError
+
+from tulip_nb.core import iso_offset, parse_datetime
+from tulip_nb.core.errors import BackendUnavailable, CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
+from tulip_nb.core.fastload import gc_paused, messages_from_json
+from tulip_nb.core.messages import Message
+from tulip_nb.core.state import AgentState, MessageBlobCache, state_json_parts
+from tulip_nb.memory.backends import _kv_projection as projection
+from tulip_nb.memory.backends._history_common import newest
+from tulip_nb.memory.backends._kv import (
+    Copy,
+    Delete,
+    IndexEntry,
+    Op,
+    Put,
+    decode_record,
+    encode_record,
+    index_key,
+    parse_index,
+    record_key,
+    set_record_metadata,
+)
+from tulip_nb.memory.backends.redis import HISTORY_NAMESPACE, RedisBackend
+from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
+from tulip_nb.memory.history import (
+    HistoryStore,
+    MessageChain,
+    RewritePlanFn,
+    Row,
+    RowWrite,
+    SavePlanFn,
+    StoredCheckpoint,
+    entry_id,
+    fields_hash,
+    row_digest,
+    state_with,
+)
+from tulip_nb.memory.rest_delta import MAX_DEPTH, Parts, PatchError, decode, encode, pack, parts_of_json
+
+try:
+    from redis.exceptions import WatchError
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("the Redis history store needs the 'redis' package: pip install 'tulip_nb[redis]'") from e
+
+__all__ = ["RedisHistory"]
+
+T = TypeVar("T")
+Queue = list[Callable[[Any], Any]]
+"""Writes of one transaction: each called with the ``MULTI`` pipeline."""
+Projection = Literal["latest", "every"]
+Blobs = tuple[tuple[str, bytes], ...]
+"""(checkpoint id, stored fields blob) of the rows from a snapshot to a patch, snapshot first."""
+
+_ROOT = b"\x00" * 32
+_MAX_RETRIES = 1000
+_CACHED_THREADS = 64
+_CACHED_MESSAGES = 16_384
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+_RELEASE = """
+local entries, refs = KEYS[1], KEYS[2]
+local root = string.rep('\\0', 32)
+for i = 1, #ARGV do
+  local eid = ARGV[i]
+  while eid do
+    if redis.call('HINCRBY', refs, eid, -1) > 0 then break end
+    local value = redis.call('HGET', entries, eid)
+    redis.call('HDEL', entries, eid)
+    redis.call('HDEL', refs, eid)
+    if not value or #value < 32 or string.sub(value, 1, 32) == root then break end
+    eid = string.sub(value, 1, 32)
+  end
+end
+return 0
+"""
+"""One reference fewer to each head in ARGV; entries that reach zero go, and so on down the chain."""
+
+_LOAD = """
+local rows, rests, order, entries = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local cid = ARGV[1]
+if cid == '' then
+  local top = redis.call('ZREVRANGE', order, 0, 0)
+  if #top == 0 then return {} end
+  cid = top[1]
+end
+local header = redis.call('HGET', rows, cid)
+if not header then return {cid} end
+local function parse(h)
+  local nl = string.find(h, '\\n', 1, true)
+  if not nl then return nil end
+  local ok, obj = pcall(cjson.decode, string.sub(h, 1, nl - 1))
+  if ok and type(obj) == 'table' then return obj end
+  return nil
+end
+local row = parse(header)
+local out = {cid, header}
+local chain = {}
+local at, h = cid, row
+for k = 1, 35 do
+  table.insert(chain, at)
+  table.insert(chain, redis.call('HGET', rests, at) or false)
+  if not h or type(h.base) ~= 'string' then break end
+  at = h.base
+  local bh = redis.call('HGET', rows, at)
+  h = bh and parse(bh) or nil
+  if not bh then
+    table.insert(chain, at)
+    table.insert(chain, false)
+    break
+  end
+end
+table.insert(out, #chain / 2)
+for _, v in ipairs(chain) do table.insert(out, v) end
+if ARGV[2] == '1' or not row or type(row.head) ~= 'string' then return out end
+local eid = string.gsub(row.head, '..', function(x) return string.char(tonumber(x, 16)) end)
+local n = tonumber(row.n) or 0
+local root = string.rep('\\0', 32)
+for k = 1, n + 1 do
+  local value = redis.call('HGET', entries, eid)
+  if not value then break end
+  table.insert(out, value)
+  if #value < 32 or string.sub(value, 1, 32) == root then break end
+  eid = string.sub(value, 1, 32)
+end
+return out
+"""
+"""A row, its fields' patch chain ((id, stored blob) pairs, the row's own first) and, unless ARGV[2]
+is '1', its history's entries from the head down (at most n + 1: a longer walk is a damaged link)."""
+
+
+def _micros(when: datetime) -> int:
+    return (when - _EPOCH) // timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """The store's Redis keys under one prefix."""
+
+    base: str
+
+    @property
+    def entries(self) -> str:
+        return self.base + "e"
+
+    @property
+    def refs(self) -> str:
+        return self.base + "n"
+
+    @property
+    def version(self) -> str:
+        return self.base + "v"
+
+    @property
+    def threads(self) -> str:
+        return self.base + "t"
+
+    def rows(self, thread_id: str) -> str:
+        return self.base + "r:" + thread_id
+
+    def rests(self, thread_id: str) -> str:
+        return self.base + "f:" + thread_id
+
+    def order(self, thread_id: str) -> str:
+        return self.base + "o:" + thread_id
+
+
+@dataclass(frozen=True)
+class _Head:
+    """A stored row's header (everything but the fields' blob)."""
+
+    cid: str
+    n: int
+    created: str
+    head: bytes | None
+    base: str | None
+    depth: int
+    chain: int
+    fields: bytes
+    digest: bytes
+    meta: bytes
+
+    @property
+    def created_at(self) -> datetime:
+        return parse_datetime(self.created)
+
+    def encode(self) -> bytes:
+        header = {
+            "n": self.n,
+            "at": self.created,
+            "head": self.head.hex() if self.head is not None else None,
+            "base": self.base,
+            "depth": self.depth,
+            "chain": self.chain,
+            "fields": self.fields.hex(),
+            "digest": self.digest.hex(),
+        }
+        return orjson.dumps(header) + b"\n" + self.meta
+
+    def digest_for(self, thread_id: str, meta: bytes | None = None) -> bytes:
+        m = self.meta if meta is None else meta
+        return row_digest(thread_id, self.cid, self.created_at, m, self.head, self.n, self.fields)
+
+
+def _parse_head(cid: str, raw: bytes) -> _Head:
+    """A row header; raises ValueError (or TypeError, KeyError) when it cannot be read."""
+    top, sep, meta = raw.partition(b"\n")
+    if not sep:
+        raise ValueError("no header")
+    h = orjson.loads(top)
+    head = h["head"]
+    base = h["base"]
+    return _Head(
+        cid,
+        int(h["n"]),
+        str(h["at"]),
+        bytes.fromhex(head) if head is not None else None,
+        str(base) if base is not None else None,
+        int(h["depth"]),
+        int(h["chain"]),
+        bytes.fromhex(h["fields"]),
+        bytes.fromhex(h["digest"]),
+        meta,
+    )
+
+
+def _meta_bytes(metadata: Mapping[str, Any], thread_id: str, checkpoint_id: str) -> bytes:
+    try:
+        return orjson.dumps(metadata, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError as e:
+        raise TypeError(f"the save metadata of checkpoint {checkpoint_id!r} of {thread_id!r} is not JSON: {e}") from e
+
+
+@dataclass
+class _View:
+    """What a write transaction read of one thread: its rows' headers, tulip's index."""
+
+    thread_id: str
+    heads: dict[str, _Head]
+    broken: dict[str, Row]
+    """Rows whose header cannot be read (listed with no metadata, their order's time)."""
+    scores: dict[str, int]
+    index: list[IndexEntry]
+
+    @property
+    def ids(self) -> set[str]:
+        return set(self.scores)
+
+    def rows(self) -> list[Row]:
+        out = [Row(self.thread_id, h.cid, h.created_at, orjson.loads(h.meta), h.n) for h in self.heads.values()]
+        return sorted([*out, *self.broken.values()], key=lambda r: (r.created_at, r.checkpoint_id), reverse=True)
+
+    def foreign(self) -> list[IndexEntry]:
+        return projection.foreign(self.index, self.ids)
+
+
+def _put_heads(queue: Queue, key: str, heads: Mapping[str, _Head]) -> None:
+    """Queue the write of row headers (none: nothing)."""
+    if heads:
+        values = {c: h.encode() for c, h in heads.items()}
+        queue.append(lambda p: p.hset(key, mapping=values))
+
+
+def _entry(row: Row) -> IndexEntry:
+    return IndexEntry(row.checkpoint_id, row.created_at, dict(row.metadata))
+
+
+def _info(thread_id: str, e: IndexEntry) -> CheckpointInfo:
+    return CheckpointInfo(e.checkpoint_id, thread_id, e.created_at, dict(e.metadata))
+
+
+class RedisHistory(HistoryStore):
+    """The history store on Redis (see the module docstring) over a :class:`RedisBackend`.
+
+    ``project``: what of each thread is written as tulip's keys in the same transaction:
+    ``"latest"`` (the latest turn end), ``"every"`` (every checkpoint) or None (nothing).
+    """
+
+    def __init__(self, backend: RedisBackend, *, project: Projection | None = "latest") -> None:
+        if "\x00" in backend.prefix:
+            raise ValueError(
+                "RedisHistory: the key prefix must not contain NUL (the history's namespace starts with it)"
+            )
+        self.backend = backend
+        self.project = project
+        self.keys = _Keys(backend.prefix + HISTORY_NAMESPACE)
+        self.where = f"redis {backend.url} prefix {backend.prefix!r}"
+        self._messages: OrderedDict[bytes, tuple[bytes, Message]] = OrderedDict()
+        # thread -> (checkpoint id, fields hash, parts, depth, chain, ((id, blob), ...)) of its newest save
+        self._fields: OrderedDict[str, tuple[str, bytes, Parts, int, int, Blobs]] = OrderedDict()
+        self._checked: set[str] = set()
+        """Threads whose projection this instance has checked whole (once per thread: a repair)."""
+        self._blobs = MessageBlobCache()
+
+    def __repr__(self) -> str:
+        return f"RedisHistory({self.where}, project={self.project!r})"
+
+    def _tulip_key(self, key: str) -> str:
+        return self.backend.prefix + key
+
+    # -- transactions -------------------------------------------------------------------------
+    async def _transact(self, watch: Sequence[str], body: Callable[[Any], Awaitable[tuple[T, Queue]]]) -> T:
+        """Run ``body(reader)`` and its queued writes as one WATCH/MULTI/EXEC, again on a conflict."""
+        async with self.backend.errors(self.keys.version):
+            client = await self.backend.client()
+            reader = await self.backend.reader()
+            for attempt in range(_MAX_RETRIES):
+                async with client.pipeline(transaction=True) as pipe:
+                    try:
+                        await pipe.watch(self.keys.version, *watch)
+                        result, queue = await body(reader)
+                        pipe.multi()
+                        for write in queue:
+                            write(pipe)
+                        pipe.incr(self.keys.version)
+                        await pipe.execute()
+                        return result
+                    except WatchError:
+                        pass
+                await asyncio.sleep(random.uniform(0, 0.0005 * 2 ** min(attempt, 7)))
+        raise BackendUnavailable(f"{self.where}: the store kept changing; gave up after {_MAX_RETRIES} tries")
+
+    async def _eval(self, r: Any, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return await r.eval(script, len(keys), *keys, *args)
+
+    def _load_keys(self, thread_id: str) -> list[str]:
+        k = self.keys
+        return [k.rows(thread_id), k.rests(thread_id), k.order(thread_id), k.entries]
+
+    # -- reading rows -------------------------------------------------------------------------
+    def _head(self, thread_id: str, cid: str, raw: bytes) -> _Head:
+        try:
+            return _parse_head(cid, raw)
+        except (ValueError, TypeError, KeyError) as e:
+            raise CheckpointCorrupt(
+                f"checkpoint row cannot be read: {e}", path=self.where, thread_id=thread_id, checkpoint_id=cid
+            ) from e
+
+    def _row(self, thread_id: str, cid: str, raw: bytes, score: float | None) -> Row:
+        """A listing's row: a damaged header is listed with no metadata (its load reports it)."""
+        try:
+            h = _parse_head(cid, raw)
+            meta = orjson.loads(h.meta)
+            if not isinstance(meta, dict):
+                raise ValueError("save metadata is not an object")
+            return Row(thread_id, cid, h.created_at, meta, h.n)
+        except (ValueError, TypeError, KeyError):
+            when = _EPOCH + timedelta(microseconds=int(score or 0))
+            return Row(thread_id, cid, when, {}, 0)
+
+    async def _view(self, r: Any, thread_id: str) -> _View:
+        k = self.keys
+        pipe = r.pipeline(transaction=False)
+        pipe.hgetall(k.rows(thread_id))
+        pipe.zrange(k.order(thread_id), 0, -1, withscores=True)
+        pipe.get(self._tulip_key(index_key(thread_id)))
+        raw_rows, scored, raw_index = await pipe.execute()
+        scores = {c.decode(): int(s) for c, s in scored}
+        heads: dict[str, _Head] = {}
+        broken: dict[str, Row] = {}
+        for c, raw in raw_rows.items():
+            cid = c.decode()
+            try:
+                heads[cid] = _parse_head(cid, raw)
+                orjson.loads(heads[cid].meta)
+            except (ValueError, TypeError, KeyError):
+                heads.pop(cid, None)
+                broken[cid] = self._row(thread_id, cid, raw, scores.get(cid))
+        index = self._index(thread_id, raw_index)
+        return _View(thread_id, heads, broken, scores, index)
+
+    def _index(self, thread_id: str, raw: bytes | None) -> list[IndexEntry]:
+        if not self.project:
+            return []
+        return parse_index(raw, where=f"{self.where} key {self._tulip_key(index_key(thread_id))!r}")
+
+    async def rows(self, thread_id: str, limit: int | None = None) -> list[Row]:
+        async with self.backend.errors(self.keys.order(thread_id)):
+            r = await self.backend.reader()
+            stop = -1 if limit is None else limit - 1
+            if limit is not None and limit <= 0:
+                return []
+            scored = await r.zrevrange(self.keys.order(thread_id), 0, stop, withscores=True)
+            return await self._rows_of(r, thread_id, [(c.decode(), s) for c, s in scored])
+
+    async def _rows_of(self, r: Any, thread_id: str, scored: Sequence[tuple[str, float]]) -> list[Row]:
+        if not scored:
+            return []
+        raws = await r.hmget(self.keys.rows(thread_id), [c for c, _ in scored])
+        rows = [self._row(thread_id, c, raw, s) for (c, s), raw in zip(scored, raws, strict=True) if raw is not None]
+        return sorted(rows, key=lambda row: (row.created_at, row.checkpoint_id), reverse=True)
+
+    async def threads(self) -> list[str]:
+        """The threads that have rows."""
+        async with self.backend.errors(self.keys.threads):
+            r = await self.backend.reader()
+            return sorted(t.decode() for t in await r.smembers(self.keys.threads))
+
+    async def all_rows(self) -> dict[str, list[Row]]:
+        return {t: rows for t in await self.threads() if (rows := await self.rows(t))}
+
+    async def infos(self, thread_id: str, limit: int | None = None) -> list[CheckpointInfo]:
+        """The thread's checkpoints, newest first: its rows and tulip's own (index entries naming no row)."""
+        async with self.backend.errors(self.keys.order(thread_id)):
+            r = await self.backend.reader()
+            pipe = r.pipeline(transaction=False)
+            pipe.zrevrange(self.keys.order(thread_id), 0, -1, withscores=True)
+            pipe.get(self._tulip_key(index_key(thread_id)))
+            scored, raw_index = await pipe.execute()
+            pairs = [(c.decode(), s) for c, s in scored]
+            tulip = projection.foreign(self._index(thread_id, raw_index), {c for c, _ in pairs})
+            if not tulip:
+                rows = await self._rows_of(r, thread_id, pairs if limit is None else pairs[: max(limit, 0)])
+                return [row.info for row in rows]
+            rows = await self._rows_of(r, thread_id, pairs if limit is None else pairs[: max(limit, 0)])
+            merged = [*(row.info for row in rows), *(_info(thread_id, e) for e in tulip)]
+            merged.sort(key=lambda i: (i.created_at, i.checkpoint_id), reverse=True)
+            return merged if limit is None else merged[: max(limit, 0)]
+
+    async def foreign_threads(self) -> list[str]:
+        """Threads tulip wrote that have no rows (their index is all tulip's own)."""
+        suffix = ":_checkpoints"
+        return [k[: -len(suffix)] for k in await self.backend.index_keys()]
+
+    # -- loading ------------------------------------------------------------------------------
+    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> StoredCheckpoint | None:
+        async with self.backend.errors(self.keys.rows(thread_id)):
+            r = await self.backend.reader()
+            got = await self._eval(r, _LOAD, self._load_keys(thread_id), [checkpoint_id or "", "0"])
+            return self._loaded(thread_id, checkpoint_id, got)
+
+    async def load_latest(self, thread_id: str) -> Checkpoint | StoredCheckpoint | None:
+        """The thread's latest: its newest row, or a newer checkpoint of tulip's own (its record)."""
+        async with self.backend.errors(self.keys.rows(thread_id)):
+            r = await self.backend.reader()
+            pipe = r.pipeline(transaction=False)
+            pipe.get(self._tulip_key(index_key(thread_id)))
+            pipe.eval(_LOAD, 4, *self._load_keys(thread_id), "", "0")
+            raw_index, got = await pipe.execute()
+            index = self._index(thread_id, raw_index)
+            stored = self._loaded(thread_id, None, got) if got else None  # corrupt: raises
+            ours = stored.checkpoint.info if stored is not None else None
+            newer = [e for e in index if ours is None or newest(ours, _info(thread_id, e)) is not ours]
+            if newer:
+                scores = await r.zmscore(self.keys.order(thread_id), [e.checkpoint_id for e in newer])
+                for e in projection.newest_first([e for e, s in zip(newer, scores, strict=True) if s is None]):
+                    found = await self._foreign(r, thread_id, e)
+                    if found is not None:
+                        return found
+            return stored
+
+    async def load_foreign(self, thread_id: str, checkpoint_id: str) -> Checkpoint:
+        """One of tulip's own checkpoints of the thread (an index entry naming no row)."""
+        async with self.backend.errors(self._tulip_key(index_key(thread_id))):
+            r = await self.backend.reader()
+            index = self._index(thread_id, await r.get(self._tulip_key(index_key(thread_id))))
+            for e in index:
+                if e.checkpoint_id == checkpoint_id:
+                    found = await self._foreign(r, thread_id, e)
+                    if found is not None:
+                        return found
+            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
+
+    async def _foreign(self, r: Any, thread_id: str, e: IndexEntry) -> Checkpoint | None:
+        key = record_key(thread_id, e.checkpoint_id)
+        raw = await r.get(self._tulip_key(key))
+        if raw is None:
+            return None  # listed but gone (tulip removed it): not a checkpoint any more
+        state, env = decode_record(raw, where=f"{self.where} key {self._tulip_key(key)!r}", thread_id=thread_id)
+        meta = env.get("_metadata")
+        return Checkpoint(
+            e.checkpoint_id, thread_id, e.created_at, state, dict(meta if isinstance(meta, dict) else e.metadata)
+        )
+
+    def _loaded(self, thread_id: str, checkpoint_id: str | None, got: list[Any]) -> StoredCheckpoint | None:
+        if not got:
+            if checkpoint_id is not None:
+                raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
+            return None
+        cid = got[0].decode()
+        if len(got) == 1:
+            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=cid)
+        h = self._head(thread_id, cid, got[1])
+        k = int(got[2])
+        chain = [(got[3 + 2 * i].decode(), got[4 + 2 * i]) for i in range(k)]
+        values = got[3 + 2 * k :]
+        ctx: dict[str, Any] = {"thread_id": thread_id, "checkpoint_id": cid}
+        messages, ids = self._verified(h, values, ctx)
+        when = h.created_at
+        if h.digest_for(thread_id) != h.digest:
+            raise CheckpointCorrupt("checkpoint row does not match its content digest", path=self.where, **ctx)
+        fields = self._rebuild(chain, h.fields, ctx)[0]
+        state = state_with(fields, messages, where=self.where, thread_id=thread_id)
+        try:
+            meta = orjson.loads(h.meta)
+        except orjson.JSONDecodeError as e:
+            raise CheckpointCorrupt(f"save metadata is not JSON: {e}", path=self.where, **ctx) from e
+        return StoredCheckpoint(Checkpoint(cid, thread_id, when, state, meta), ids)
+
+    def _verified(self, h: _Head, values: list[bytes], ctx: dict[str, Any]) -> tuple[list[Message], list[bytes]]:
+        """The messages and entry ids (oldest first) of a walk from the head, each entry checked.
+
+        An entry this instance parsed before from the very same stored bytes reuses its message
+        (messages are immutable); anything else is re-hashed against its id and parsed.
+        """
+        n, where = h.n, self.where
+        if h.head is None:
+            if n:
+                raise CheckpointCorrupt(f"history has 0 messages, the checkpoint says {n}", path=where, **ctx)
+            return [], []
+        if not values:
+            raise CheckpointCorrupt("the checkpoint's head entry is missing", path=where, **ctx)
+        if len(values) > n:
+            raise CheckpointCorrupt(f"history has more than {n} messages, the checkpoint says {n}", path=where, **ctx)
+        cache = self._messages
+        ids: list[bytes] = []
+        out: list[Message | None] = []
+        fresh: list[int] = []
+        eid: bytes | None = h.head
+        for i, value in enumerate(values):
+            assert eid is not None
+            parent_raw, data = value[:32], value[32:]
+            parent = None if parent_raw == _ROOT else parent_raw
+            hit = cache.get(eid)
+            if hit is not None and hit[0] == value:
+                out.append(hit[1])
+            else:
+                if len(value) < 32 or entry_id(parent, data) != eid:
+                    raise CheckpointCorrupt(
+                        f"message {n - 1 - i} no longer matches its entry id (stored bytes changed)", path=where, **ctx
+                    )
+                out.append(None)
+                fresh.append(i)
+            ids.append(eid)
+            eid = parent
+            if eid is None:
+                break
+        if len(ids) != n or eid is not None:
+            got = f"more than {n}" if eid is not None and len(ids) >= n else str(len(ids))
+            raise CheckpointCorrupt(f"history has {got} messages, the checkpoint says {n}", path=where, **ctx)
+        if fresh:
+            with gc_paused():
+                try:
+                    parsed = messages_from_json(orjson.loads(b"[" + b",".join(values[i][32:] for i in fresh) + b"]"))
+                except (orjson.JSONDecodeError, ValidationError) as e:
+                    raise CheckpointCorrupt(f"stored messages cannot be read: {e}", path=where, **ctx) from e
+            for i, message in zip(fresh, parsed, strict=True):
+                out[i] = message
+                cache[ids[i]] = (values[i], message)
+            while len(cache) > _CACHED_MESSAGES:
+                cache.popitem(last=False)
+        ids.reverse()
+        out.reverse()
+        return [m for m in out if m is not None], ids
+
+    def _rebuild(
+        self, chain: list[tuple[str, bytes | None]], want: bytes, ctx: dict[str, Any]
+    ) -> tuple[dict[str, Any], Blobs]:
+        """A row's whole fields from its patch chain (its own blob first), checked by hash; and the
+        chain as (id, blob), snapshot first."""
+        where = self.where
+        blobs: list[tuple[str, bytes]] = []
+        for cid, blob in chain:
+            if blob is None:
+                raise CheckpointCorrupt(f"the row's fields patch missing checkpoint {cid}", path=where, **ctx)
+            blobs.append((cid, blob))
+        if len(blobs) > MAX_DEPTH + 1:
+            raise CheckpointCorrupt("the row's fields patch a chain with no snapshot", path=where, **ctx)
+        try:
+            fields = decode(blobs[-1][1], None)
+            for _, patch in reversed(blobs[:-1]):
+                fields = decode(patch, fields)
+        except PatchError as e:
+            raise CheckpointCorrupt(str(e), path=where, **ctx) from e
+        if fields_hash(orjson.dumps(fields)) != want:
+            raise CheckpointCorrupt("the row's state fields do not match their hash", path=where, **ctx)
+        return fields, tuple(reversed(blobs))
+
+    async def _fields_of(self, r: Any, thread_id: str, h: _Head) -> tuple[dict[str, Any], Blobs]:
+        got = await self._eval(r, _LOAD, self._load_keys(thread_id), [h.cid, "1"])
+        if len(got) < 3:
+            raise CheckpointCorrupt("the row is gone", path=self.where, thread_id=thread_id, checkpoint_id=h.cid)
+        k = int(got[2])
+        chain = [(got[3 + 2 * i].decode(), got[4 + 2 * i]) for i in range(k)]
+        return self._rebuild(chain, h.fields, {"thread_id": thread_id, "checkpoint_id": h.cid})
+
+    # -- save ---------------------------------------------------------------------------------
+    async def save(self, thread_id: str, plan: SavePlanFn, *, state: AgentState | None = None) -> Row:
+        """Write ``plan(latest)`` as a row (see :meth:`HistoryStore.save`); ``latest`` is the newest
+        of the thread's rows and tulip's own checkpoints. ``state``: the saved state (its record is
+        written for tulip when it is projected)."""
+        k = self.keys
+        done: list[tuple[str, bytes, Parts, int, int, Blobs]] = []
+
+        async def body(r: Any) -> tuple[Row, Queue]:
+            done.clear()
+            pipe = r.pipeline(transaction=False)
+            pipe.zrevrange(k.order(thread_id), 0, 1)
+            pipe.get(self._tulip_key(index_key(thread_id)))
+            top_raw, raw_index = await pipe.execute()
+            top = [c.decode() for c in top_raw]
+            index = self._index(thread_id, raw_index)
+            pipe = r.pipeline(transaction=False)
+            pipe.hmget(k.rows(thread_id), top or ["\x00"])
+            pipe.zmscore(k.order(thread_id), [e.checkpoint_id for e in index] or ["\x00"])
+            raw_heads, scores = await pipe.execute()
+            tops = {c: self._head(thread_id, c, raw) for c, raw in zip(top, raw_heads, strict=False) if raw is not None}
+            shown = {e.checkpoint_id for e, s in zip(index, scores, strict=False) if s is not None}
+            latest = self._latest_of(thread_id, tops, top, index, shown)
+            write = plan(latest)
+            return await self._insert(r, thread_id, write, tops, top, index, shown, state, done)
+
+        row = await self._transact([self._tulip_key(index_key(thread_id))], body)
+        if done:
+            self._remember(thread_id, done[0])
+        if self.project:
+            self._checked.add(thread_id)
+        return row
+
+    def _latest_of(
+        self, thread_id: str, tops: dict[str, _Head], top: list[str], index: list[IndexEntry], shown: set[str]
+    ) -> CheckpointInfo | None:
+        ours = None
+        if top:
+            h = tops.get(top[0])
+            if h is not None:
+                try:
+                    meta = orjson.loads(h.meta)
+                except orjson.JSONDecodeError:
+                    meta = {}
+                ours = CheckpointInfo(h.cid, thread_id, h.created_at, meta if isinstance(meta, dict) else {})
+        tulip = projection.newest_first([e for e in index if e.checkpoint_id not in shown])
+        return newest(ours, _info(thread_id, tulip[0]) if tulip else None)
+
+    async def _insert(
+        self,
+        r: Any,
+        thread_id: str,
+        write: RowWrite,
+        tops: dict[str, _Head],
+        top: list[str],
+        index: list[IndexEntry],
+        shown: set[str],
+        state: AgentState | None,
+        done: list[tuple[str, bytes, Parts, int, int, Blobs]],
+    ) -> tuple[Row, Queue]:
+        k, cid, chain = self.keys, write.checkpoint_id, write.chain
+        meta = _meta_bytes(write.metadata, thread_id, cid)
+        replacing = cid in tops or (await r.zscore(k.order(thread_id), cid)) is not None
+        base = next((tops[c] for c in top if c != cid and c in tops), None)
+        queue: Queue = []
+        head_ops = await self._store_chain(r, chain)
+        view: _View | None = None
+        if replacing or (self.project and thread_id not in self._checked):
+            view = await self._view(r, thread_id)
+        if replacing:
+            assert view is not None
+            rebased: dict[str, _Head] = {}
+            await self._drop(r, view, {cid}, queue, rebased)
+            _put_heads(queue, k.rows(thread_id), rebased)
+        base_parts, depth, chain_len, blobs = await self._base_parts(r, thread_id, base)
+        enc, parts, fields_bytes = encode(write.rest, base_parts, depth, chain_len)
+        blobs = (*blobs, (cid, enc.blob)) if enc.patch else ((cid, enc.blob),)
+        digest_of_fields = fields_hash(fields_bytes)
+        digest = row_digest(thread_id, cid, write.created_at, meta, chain.head, chain.n, digest_of_fields)
+        h = _Head(
+            cid,
+            chain.n,
+            iso_offset(write.created_at),
+            chain.head,
+            base.cid if enc.patch and base is not None else None,
+            enc.depth,
+            enc.chain,
+            digest_of_fields,
+            digest,
+            meta,
+        )
+        queue[0:0] = head_ops  # the new head is referenced before a replaced row lets go of it
+        queue.append(lambda p: p.hset(k.rows(thread_id), cid, h.encode()))
+        queue.append(lambda p: p.hset(k.rests(thread_id), cid, enc.blob))
+        queue.append(lambda p: p.zadd(k.order(thread_id), {cid: _micros(write.created_at)}))
+        queue.append(lambda p: p.sadd(k.threads, thread_id))
+        done.append((cid, digest_of_fields, parts, enc.depth, enc.chain, blobs))
+        row = Row(thread_id, cid, write.created_at, orjson.loads(meta), chain.n)
+        if self.project:
+            new = _entry(row)
+            if view is not None:
+                rows = [_entry(x) for x in view.rows() if x.checkpoint_id != cid] + [new]
+                ours = view.ids | {cid}
+                missing = await self._missing_records(r, thread_id, rows)
+            else:
+                rows = [e for e in index if e.checkpoint_id in shown] + [new]
+                ours, missing = shown | {cid}, set()
+            want = projection.wanted(rows, every=self.project == "every")
+            change = projection.changes(index, ours=ours, want=want, rewrite=missing | {cid})
+            records: dict[str, bytes] = {}
+            for c in change.write:
+                if c == cid:
+                    records[c] = self._record(thread_id, row, chain, fields_bytes, state)
+                else:
+                    records[c] = await self._record_of(r, thread_id, c)
+            self._queue_ops(queue, projection.ops(thread_id, change, records, index))
+        return row, queue
+
+    async def _missing_records(self, r: Any, thread_id: str, rows: Sequence[IndexEntry]) -> set[str]:
+        """The rows whose record key is missing (a repair rewrites the wanted ones)."""
+        if not rows:
+            return set()
+        pipe = r.pipeline(transaction=False)
+        for e in rows:
+            pipe.exists(self._tulip_key(record_key(thread_id, e.checkpoint_id)))
+        return {e.checkpoint_id for e, n in zip(rows, await pipe.execute(), strict=True) if not n}
+
+    def _record(
+        self, thread_id: str, row: Row, chain: MessageChain, fields_bytes: bytes, state: AgentState | None
+    ) -> bytes:
+        """tulip's record of a row being saved: the state's JSON and the three envelope keys."""
+        if state is not None:
+            data = b"".join(state_json_parts(state, cache=self._blobs, key=thread_id))
+        else:
+            messages = b",".join(chain.data(i) for i in range(chain.n))
+            tail = b"]}" if fields_bytes == b"{}" else b"]," + fields_bytes[1:]
+            data = b'{"messages":[' + messages + tail
+        return encode_record(data, row.checkpoint_id, row.created_at, dict(row.metadata))
+
+    async def _record_of(self, r: Any, thread_id: str, cid: str) -> bytes:
+        got = await self._eval(r, _LOAD, self._load_keys(thread_id), [cid, "0"])
+        stored = self._loaded(thread_id, cid, got)
+        assert stored is not None
+        ck = stored.checkpoint
+        data = b"".join(state_json_parts(ck.state))
+        return encode_record(data, cid, ck.created_at, dict(ck.metadata))
+
+    def _queue_ops(self, queue: Queue, ops: Sequence[Op]) -> None:
+        p = self._tulip_key
+        for op in ops:
+            match op:
+                case Put(key, value):
+                    queue.append(lambda pipe, key=key, value=value: pipe.set(p(key), value))
+                case Copy(source, dest):
+                    queue.append(lambda pipe, s=source, d=dest: pipe.copy(p(s), p(d), replace=True))
+                case Delete(key):
+                    queue.append(lambda pipe, key=key: pipe.delete(p(key)))
+
+    async def _store_chain(self, r: Any, chain: MessageChain) -> Queue:
+        """Queue the entries of ``chain`` the store lacks (checked here, inside the transaction) and
+        one reference to its head; returns those writes (the caller queues them first).
+
+        An entry present means its whole prefix is, so one read of the reference counts of the
+        entries from the writer's ``known`` hint to the head finds what is stored (a binary search
+        when the hint is stale). Stored entries the writer has not verified are compared with its
+        messages and a damaged one is rewritten (its id proves the writer's bytes).
+        """
+        k, n, ids = self.keys, chain.n, chain.ids
+        out: Queue = []
+        if n == 0:
+            return out
+        k0 = max(min(chain.known, n) - 1, 0)
+        present = [v is not None for v in await r.hmget(k.refs, list(ids[k0:n]))]
+        if present[-1]:
+            lo = n
+        elif present[0] or k0 == 0:
+            lo = k0 + present.index(False)
+        else:  # the hint is stale (a delete collected entries): search the stored prefix
+            lo, hi = 0, k0
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if await r.hexists(k.refs, ids[mid]):
+                    lo = mid + 1
+                else:
+                    hi = mid
+        await self._check_stored(r, chain, min(chain.known, lo), lo, out)
+        if lo < n:
+            if lo:
+                out.append(lambda p, eid=ids[lo - 1]: p.hincrby(k.refs, eid, 1))
+            values = {ids[i]: (ids[i - 1] if i else _ROOT) + chain.data(i) for i in range(lo, n)}
+            refs = {ids[i]: 1 for i in range(lo, n - 1)}
+            refs[ids[n - 1]] = 0
+            out.append(lambda p: p.hset(k.entries, mapping=values))
+            out.append(lambda p: p.hset(k.refs, mapping=refs))
+        out.append(lambda p, head=ids[n - 1]: p.hincrby(k.refs, head, 1))
+        return out
+
+    async def _check_stored(self, r: Any, chain: MessageChain, start: int, upto: int, out: Queue) -> None:
+        if upto <= start:
+            return
+        ids = chain.ids
+        stored = await r.hmget(self.keys.entries, list(ids[start:upto]))
+        for i, value in zip(range(start, upto), stored, strict=True):
+            mine = (ids[i - 1] if i else _ROOT) + chain.data(i)
+            if value is None:
+                raise CheckpointCorrupt(
+                    f"stored history lacks message {i}, which its reference count says is stored", path=self.where
+                )
+            if value != mine:
+                out.append(lambda p, eid=ids[i], v=mine: p.hset(self.keys.entries, eid, v))
+
+    async def _base_parts(self, r: Any, thread_id: str, base: _Head | None) -> tuple[Parts | None, int, int, Blobs]:
+        """The parts, depth, chain and stored chain of the row a save patches against (None: none).
+
+        This instance's own newest save when the row is still that one (same id, fields hash and
+        stored blobs), else rebuilt; a base that cannot be rebuilt gives None (the save is whole).
+        """
+        if base is None:
+            return None, 0, 0, ()
+        cached = self._fields.get(thread_id)
+        if cached is not None and cached[0] == base.cid and cached[1] == base.fields:
+            blobs = cached[5]
+            stored = await r.hmget(self.keys.rests(thread_id), [c for c, _ in blobs])
+            if all(s == b for s, (_, b) in zip(stored, blobs, strict=True)):
+                return cached[2], cached[3], cached[4], blobs
+        try:
+            with gc_paused():
+                fields, blobs = await self._fields_of(r, thread_id, base)
+                parts = parts_of_json(orjson.dumps(fields))
+        except CheckpointCorrupt:
+            return None, 0, 0, ()
+        return parts, base.depth, base.chain, blobs
+
+    def _remember(self, thread_id: str, value: tuple[str, bytes, Parts, int, int, Blobs]) -> None:
+        self._fields[thread_id] = value
+        self._fields.move_to_end(thread_id)
+        while len(self._fields) > _CACHED_THREADS:
+            self._fields.popitem(last=False)
+
+    # -- drop ---------------------------------------------------------------------------------
+    async def _drop(self, r: Any, view: _View, cids: Collection[str], queue: Queue, changed: dict[str, _Head]) -> int:
+        """Queue the removal of rows ``cids`` of ``view``'s thread: the survivors whose fields patch
+        one of them rewritten whole first (all rebuilt before any is rewritten), then the rows, then
+        one reference fewer to each head (entries nothing reaches go, server side)."""
+        k, tid = self.keys, view.thread_id
+        found = [c for c in cids if c in view.scores or c in view.heads or c in view.broken]
+        if not found:
+            return 0
+        gone = set(found)
+        for dep in sorted(view.heads.values(), key=lambda h: h.cid):
+            if dep.base in gone and dep.cid not in gone:
+                try:
+                    fields, _ = await self._fields_of(r, tid, dep)
+                except CheckpointCorrupt:
+                    continue  # damaged already: left as it is (its load reports it)
+                whole = pack(orjson.dumps(fields))
+                was = changed.get(dep.cid, dep)
+                changed[dep.cid] = replace(was, base=None, depth=0, chain=0)
+                queue.append(lambda p, c=dep.cid, b=whole: p.hset(k.rests(tid), c, b))
+        heads = [view.heads[c].head for c in found if c in view.heads and view.heads[c].head is not None]
+        queue.append(lambda p: p.hdel(k.rows(tid), *found))
+        queue.append(lambda p: p.hdel(k.rests(tid), *found))
+        queue.append(lambda p: p.zrem(k.order(tid), *found))
+        if heads:
+            queue.append(lambda p: p.eval(_RELEASE, 2, k.entries, k.refs, *heads))
+        for c in found:
+            changed.pop(c, None)
+        self._fields.pop(tid, None)
+        return len(found)
+
+    async def rewrite(self, thread_id: str, plan: RewritePlanFn) -> int:
+        """Apply ``plan`` to the thread's checkpoints (its rows and tulip's own, newest first) in one
+        transaction: new save metadata, checkpoints dropped (tulip's records and index entries too)."""
+        k = self.keys
+
+        async def body(r: Any) -> tuple[int, Queue]:
+            view = await self._view(r, thread_id)
+            tulip = view.foreign()
+            infos = [row.info for row in view.rows()] + [_info(thread_id, e) for e in tulip]
+            infos.sort(key=lambda i: (i.created_at, i.checkpoint_id), reverse=True)
+            change = plan(infos)
+            queue: Queue = []
+            changed: dict[str, _Head] = {}
+            tulip_ids = {e.checkpoint_id for e in tulip}
+            relinked: dict[str, IndexEntry] = {}
+            records: dict[str, bytes] = {}
+            for cid, meta in change.metadata.items():
+                if cid in change.drop:
+                    continue
+                h = view.heads.get(cid)
+                if h is not None:
+                    if h.digest_for(thread_id) != h.digest:
+                        continue  # a damaged or moved-in row is never re-signed
+                    blob = _meta_bytes(meta, thread_id, cid)
+                    changed[cid] = replace(h, meta=blob, digest=h.digest_for(thread_id, blob))
+                elif cid in tulip_ids:
+                    raw = await r.get(self._tulip_key(record_key(thread_id, cid)))
+                    e = next(e for e in tulip if e.checkpoint_id == cid)
+                    relinked[cid] = IndexEntry(cid, e.created_at, dict(meta))
+                    if raw is not None:
+                        records[cid] = set_record_metadata(raw, dict(meta))
+            gone = await self._drop(r, view, change.drop & view.ids, queue, changed)
+            dropped_tulip = change.drop & tulip_ids
+            _put_heads(queue, k.rows(thread_id), changed)
+            survivors = view.ids - change.drop
+            if not survivors:
+                queue.append(lambda p: p.delete(k.rows(thread_id), k.rests(thread_id), k.order(thread_id)))
+                queue.append(lambda p: p.srem(k.threads, thread_id))
+            if self.project:
+                rows = [
+                    IndexEntry(x.checkpoint_id, x.created_at, orjson.loads(changed[x.checkpoint_id].meta))
+                    if x.checkpoint_id in changed
+                    else _entry(x)
+                    for x in view.rows()
+                    if x.checkpoint_id in survivors
+                ]
+                want = projection.wanted(rows, every=self.project == "every")
+                pc = projection.changes(
+                    view.index,
+                    ours=view.ids,
+                    want=want,
+                    drop_foreign=dropped_tulip,
+                    foreign_metadata=relinked,
+                    rewrite=await self._missing_records(r, thread_id, want),
+                )
+                for c in pc.write:
+                    records[c] = await self._record_of_changed(r, thread_id, c, changed.get(c))
+                self._queue_ops(queue, projection.ops(thread_id, pc, records, view.index))
+            return gone + len(dropped_tulip), queue
+
+        gone = await self._transact([self._tulip_key(index_key(thread_id))], body)
+        if self.project:
+            self._checked.add(thread_id)
+        return gone
+
+    async def _record_of_changed(self, r: Any, thread_id: str, cid: str, h: _Head | None) -> bytes:
+        """tulip's record of a stored row, with the save metadata this transaction gives it."""
+        got = await self._eval(r, _LOAD, self._load_keys(thread_id), [cid, "0"])
+        stored = self._loaded(thread_id, cid, got)
+        assert stored is not None
+        ck = stored.checkpoint
+        meta = orjson.loads(h.meta) if h is not None else dict(ck.metadata)
+        return encode_record(b"".join(state_json_parts(ck.state)), cid, ck.created_at, meta)
+
+    async def delete_thread(self, thread_id: str) -> int:
+        """Remove every row of the thread and every checkpoint tulip lists for it; how many went."""
+        k = self.keys
+
+        async def body(r: Any) -> tuple[int, Queue]:
+            view = await self._view(r, thread_id)
+            queue: Queue = []
+            heads = [h.head for h in view.heads.values() if h.head is not None]
+            queue.append(lambda p: p.delete(k.rows(thread_id), k.rests(thread_id), k.order(thread_id)))
+            queue.append(lambda p: p.srem(k.threads, thread_id))
+            if heads:
+                queue.append(lambda p: p.eval(_RELEASE, 2, k.entries, k.refs, *heads))
+            tulip = view.foreign()
+            if self.project:
+                pc = projection.changes(
+                    view.index, ours=view.ids, want=[], drop_foreign={e.checkpoint_id for e in tulip}
+                )
+                self._queue_ops(queue, projection.ops(thread_id, pc, {}, view.index))
+            return len(view.ids | set(view.heads) | set(view.broken)) + len(tulip), queue
+
+        gone = await self._transact([self._tulip_key(index_key(thread_id))], body)
+        self._fields.pop(thread_id, None)
+        self._checked.discard(thread_id)
+        return gone
+
+    # -- copy ---------------------------------------------------------------------------------
+    async def copy(self, source: str, dest: str, metadata: Callable[[Row], dict[str, Any]]) -> int:
+        """The source's rows as rows of ``dest`` on the same entries: no entry is written."""
+        k = self.keys
+
+        async def body(r: Any) -> tuple[int, Queue]:
+            src = await self._view(r, source)
+            if not src.scores:
+                raise CheckpointNotFound("source thread has no checkpoints", thread_id=source)
+            pipe = r.pipeline(transaction=False)
+            pipe.exists(k.order(dest))
+            pipe.get(self._tulip_key(index_key(dest)))
+            pipe.hgetall(k.rests(source))
+            dest_rows, dest_index, rests = await pipe.execute()
+            if dest_rows or self._index(dest, dest_index):
+                raise CheckpointConflict("destination thread already has checkpoints; delete it first", thread_id=dest)
+            heads: dict[str, bytes] = {}
+            rows: list[Row] = []
+            refs: dict[bytes, int] = {}
+            for row in src.rows():
+                cid = row.checkpoint_id
+                h = src.heads.get(cid)
+                raw = (await r.hget(k.rows(source), cid)) if h is None else None
+                if h is None:  # a damaged header is copied as it is (its loads keep failing)
+                    if raw is not None:
+                        heads[cid] = raw
+                    continue
+                intact = h.digest_for(source) == h.digest
+                meta = _meta_bytes(metadata(row), dest, cid)
+                copy = replace(h, meta=meta, digest=h.digest_for(dest, meta) if intact else h.digest)
+                heads[cid] = copy.encode()
+                rows.append(Row(dest, cid, row.created_at, orjson.loads(meta), row.n_messages))
+                if h.head is not None:
+                    refs[h.head] = refs.get(h.head, 0) + 1
+            queue: Queue = [
+                lambda p: p.hset(k.rows(dest), mapping=heads),
+                lambda p: p.zadd(k.order(dest), {c: s for c, s in src.scores.items() if c in heads}),
+                lambda p: p.sadd(k.threads, dest),
+            ]
+            if rests:
+                queue.append(lambda p: p.hset(k.rests(dest), mapping=rests))
+            for head, n in refs.items():
+                queue.append(lambda p, e=head, n=n: p.hincrby(k.refs, e, n))
+            if self.project:
+                want = projection.wanted([_entry(x) for x in rows], every=self.project == "every")
+                pc = projection.changes([], ours=set(heads), want=want)
+                records = {}
+                for c in pc.write:
+                    got = self._loaded(source, c, await self._eval(r, _LOAD, self._load_keys(source), [c, "0"]))
+                    assert got is not None
+                    row = next(x for x in rows if x.checkpoint_id == c)
+                    state_bytes = b"".join(state_json_parts(got.checkpoint.state))
+                    records[c] = encode_record(state_bytes, c, row.created_at, dict(row.metadata))
+                self._queue_ops(queue, projection.ops(dest, pc, records, []))
+            return len(heads), queue
+
+        return await self._transact([self._tulip_key(index_key(dest)), self._tulip_key(index_key(source))], body)
+
+    # -- checks -------------------------------------------------------------------------------
+    async def integrity(self) -> list[str]:
+        """The entries' reference counts and every head and parent present; [] when all is well."""
+        k = self.keys
+        async with self.backend.errors(k.entries):
+            r = await self.backend.reader()
+            entries = await r.hgetall(k.entries)
+            refs = {e: int(v) for e, v in (await r.hgetall(k.refs)).items()}
+            want: dict[bytes, int] = dict.fromkeys(entries, 0)
+            problems: list[str] = []
+            for eid, value in entries.items():
+                parent = value[:32]
+                if parent != _ROOT:
+                    if parent not in want:
+                        problems.append(f"entry {eid.hex()[:12]}: its parent entry is missing")
+                        continue
+                    want[parent] += 1
+            for tid in await self.threads():
+                for c, raw in (await r.hgetall(k.rows(tid))).items():
+                    h = self._head(tid, c.decode(), raw)
+                    if h.head is None:
+                        continue
+                    if h.head not in want:
+                        problems.append(f"{tid}/{h.cid}: its head entry is missing")
+                        continue
+                    want[h.head] += 1
+            for eid, n in want.items():
+                if refs.get(eid) != n:
+                    problems.append(f"entry {eid.hex()[:12]}: refs {refs.get(eid)}, reached {n} times")
+            problems += [f"entry {e.hex()[:12]}: a reference count without an entry" for e in refs if e not in entries]
+            return problems
+
+    async def close(self) -> None:
+        await self.backend.close()
