@@ -7,7 +7,7 @@ NUL, so no key of tulip's layout ``<prefix><tid>:...`` starts there)::
     \\x00h:n          hash  entry id -> reference count (rows whose head it is + entries whose parent it is)
     \\x00h:v          string  the store's version: every write transaction WATCHes it and INCRs it
     \\x00h:t          set   the threads that have rows
-    \\x00h:r:<tid>    hash  checkpoint id -> row header (JSON) + "\\n" + save metadata (JSON)
+    \\x00h:r:<tid>    hash  checkpoint id -> row header (head, digests, counts, created_at, base) + save metadata
     \\x00h:f:<tid>    hash  checkpoint id -> the state's other fields, whole or a patch (rest_delta)
     \\x00h:o:<tid>    zset  checkpoint id scored by created_at in microseconds (the listing order)
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import struct
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -99,6 +100,10 @@ _MAX_RETRIES = 1000
 _CACHED_THREADS = 64
 _CACHED_MESSAGES = 16_384
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_HEADER = struct.Struct(">32s32s32sIIIHH")
+"""A row header's fixed part: head entry (zeros: none), fields hash, digest, message count, patch
+depth and chain, the lengths of ``created_at`` (ISO) and of the base's id, which follow it, then
+the save metadata's JSON (the Lua scripts read the head, the count and the base the same way)."""
 
 _RELEASE = """
 local entries, refs = KEYS[1], KEYS[2]
@@ -129,11 +134,12 @@ end
 local header = redis.call('HGET', rows, cid)
 if not header then return {cid} end
 local function parse(h)
-  local nl = string.find(h, '\\n', 1, true)
-  if not nl then return nil end
-  local ok, obj = pcall(cjson.decode, string.sub(h, 1, nl - 1))
-  if ok and type(obj) == 'table' then return obj end
-  return nil
+  if #h < 112 then return nil end
+  local n, depth, chain, lc, lb = struct.unpack('>I4I4I4I2I2', string.sub(h, 97, 112))
+  if #h < 112 + lc + lb then return nil end
+  local base = nil
+  if lb > 0 then base = string.sub(h, 113 + lc, 112 + lc + lb) end
+  return {head = string.sub(h, 1, 32), n = n, base = base}
 end
 local row = parse(header)
 local out = {cid, header}
@@ -154,10 +160,10 @@ for k = 1, 35 do
 end
 table.insert(out, #chain / 2)
 for _, v in ipairs(chain) do table.insert(out, v) end
-if ARGV[2] == '1' or not row or type(row.head) ~= 'string' then return out end
-local eid = string.gsub(row.head, '..', function(x) return string.char(tonumber(x, 16)) end)
-local n = tonumber(row.n) or 0
 local root = string.rep('\\0', 32)
+if ARGV[2] == '1' or not row or row.head == root then return out end
+local eid = row.head
+local n = row.n
 for k = 1, n + 1 do
   local value = redis.call('HGET', entries, eid)
   if not value then break end
@@ -227,17 +233,11 @@ class _Head:
         return parse_datetime(self.created)
 
     def encode(self) -> bytes:
-        header = {
-            "n": self.n,
-            "at": self.created,
-            "head": self.head.hex() if self.head is not None else None,
-            "base": self.base,
-            "depth": self.depth,
-            "chain": self.chain,
-            "fields": self.fields.hex(),
-            "digest": self.digest.hex(),
-        }
-        return orjson.dumps(header) + b"\n" + self.meta
+        created, base = self.created.encode(), (self.base or "").encode()
+        fixed = _HEADER.pack(
+            self.head or _ROOT, self.fields, self.digest, self.n, self.depth, self.chain, len(created), len(base)
+        )
+        return fixed + created + base + self.meta
 
     def digest_for(self, thread_id: str, meta: bytes | None = None) -> bytes:
         m = self.meta if meta is None else meta
@@ -245,24 +245,19 @@ class _Head:
 
 
 def _parse_head(cid: str, raw: bytes) -> _Head:
-    """A row header; raises ValueError (or TypeError, KeyError) when it cannot be read."""
-    top, sep, meta = raw.partition(b"\n")
-    if not sep:
-        raise ValueError("no header")
-    h = orjson.loads(top)
-    head = h["head"]
-    base = h["base"]
+    """A row header (:data:`_HEADER`, ``created_at``, base id, save metadata); ValueError when it
+    cannot be read."""
+    try:
+        head, fields, digest, n, depth, chain, lc, lb = _HEADER.unpack_from(raw)
+    except struct.error as e:
+        raise ValueError(f"row header: {e}") from e
+    at = _HEADER.size
+    if len(raw) < at + lc + lb:
+        raise ValueError("row header is cut short")
+    created = raw[at : at + lc].decode()
+    base = raw[at + lc : at + lc + lb].decode() or None
     return _Head(
-        cid,
-        int(h["n"]),
-        str(h["at"]),
-        bytes.fromhex(head) if head is not None else None,
-        str(base) if base is not None else None,
-        int(h["depth"]),
-        int(h["chain"]),
-        bytes.fromhex(h["fields"]),
-        bytes.fromhex(h["digest"]),
-        meta,
+        cid, n, created, None if head == _ROOT else head, base, depth, chain, fields, digest, raw[at + lc + lb :]
     )
 
 

@@ -524,7 +524,7 @@ def redis_checkpointer(
     ttl_seconds: int | None = None,
     prefix: str = "tulip:state:",
     *,
-    sign: bool = True,
+    sign: bool | None = None,
     layout: Literal["history", "tulip", "kv"] | None = None,
     **kwargs: Any,
 ) -> BaseCheckpointer:
@@ -541,6 +541,10 @@ def redis_checkpointer(
       ``ttl_seconds`` (every key of a thread expires together, ``ttl_seconds`` after its last
       save): with ``ttl_seconds`` and no ``layout``, this one is used; the history layouts refuse
       a TTL (entries are shared between threads, so they cannot expire with one).
+
+    ``sign``: hash-chain every save (:mod:`tulip_nb.memory.integrity`); by default off for the
+    history layouts (opt-in, as in the file store: every row carries a content digest checked on
+    load either way) and on for ``"kv"`` (as before).
     """
     from tulip_nb.memory.backends.redis import RedisBackend
 
@@ -549,10 +553,10 @@ def redis_checkpointer(
         raise UserError(f"redis_checkpointer layout must be 'history', 'tulip' or 'kv', got {layout!r}")
     backend = RedisBackend(url=url, prefix=prefix, ttl_seconds=ttl_seconds, **kwargs)
     if chosen == "kv":
-        return StorageBackendAdapter(backend, sign=sign)
+        return StorageBackendAdapter(backend, sign=True if sign is None else sign)
     from tulip_nb.memory.backends.redis_history import RedisHistoryCheckpointer
 
-    return RedisHistoryCheckpointer(backend, layout=chosen, sign=sign)
+    return RedisHistoryCheckpointer(backend, layout=chosen, sign=bool(sign))
 
 
 def postgresql_checkpointer(

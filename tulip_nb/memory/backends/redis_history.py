@@ -65,11 +65,11 @@ class RedisHistoryCheckpointer(InTreeCheckpointer):
             tulip's whole-state layout, where every key of a thread expires together).
         layout: ``"history"`` projects each thread's latest turn end as tulip's keys;
             ``"tulip"`` every checkpoint (tulip lists and loads each one).
-        sign: hash-chain every save (:mod:`tulip_nb.memory.integrity`); the content digest of
-            each row is checked on load either way.
+        sign: hash-chain every save (:mod:`tulip_nb.memory.integrity`), opt-in as in the file
+            store; the content digest of each row is checked on load either way.
     """
 
-    def __init__(self, backend: RedisBackend, *, layout: Layout = "history", sign: bool = True) -> None:
+    def __init__(self, backend: RedisBackend, *, layout: Layout = "history", sign: bool = False) -> None:
         if layout not in ("history", "tulip"):
             raise UserError(f"RedisHistoryCheckpointer layout must be 'history' or 'tulip', got {layout!r}")
         if backend.ttl_seconds is not None:
@@ -187,7 +187,9 @@ class RedisHistoryCheckpointer(InTreeCheckpointer):
         elif await self.store.infos(dest_thread_id, 1):
             from tulip_nb.core.errors import CheckpointConflict
 
-            raise CheckpointConflict("destination thread already has checkpoints; delete it first", thread_id=dest_thread_id)
+            raise CheckpointConflict(
+                "destination thread already has checkpoints; delete it first", thread_id=dest_thread_id
+            )
         for info in reversed(tulip):  # oldest first, each one a row of the copy
             ckpt = await self.store.load_foreign(source_thread_id, info.checkpoint_id)
             origin = {"thread_id": source_thread_id, "checkpoint_id": ckpt.checkpoint_id}
