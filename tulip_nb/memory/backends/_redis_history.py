@@ -45,10 +45,17 @@ import orjson
 from pydantic import ValidationError
 
 from tulip_nb.core import iso_offset, parse_datetime
-from tulip_nb.core.errors import BackendUnavailable, CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
+from tulip_nb.core.errors import (
+    BackendUnavailable,
+    CheckpointConflict,
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    TulipNBError,
+)
 from tulip_nb.core.fastload import gc_paused, messages_from_json
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, MessageBlobCache, state_json_parts
+from tulip_nb.memory._pools import PerLoop
 from tulip_nb.memory.backends import _kv_projection as projection
 from tulip_nb.memory.backends._history_common import newest
 from tulip_nb.memory.backends._kv import (
@@ -328,6 +335,7 @@ class RedisHistory(HistoryStore):
         self._checked: set[str] = set()
         """Threads whose projection this instance has checked whole (once per thread: a repair)."""
         self._blobs = MessageBlobCache()
+        self._lock: PerLoop[asyncio.Lock] = PerLoop()
 
     def __repr__(self) -> str:
         return f"RedisHistory({self.where}, project={self.project!r})"
@@ -337,15 +345,28 @@ class RedisHistory(HistoryStore):
 
     # -- transactions -------------------------------------------------------------------------
     async def _transact(self, watch: Sequence[str], body: Callable[[Any], Awaitable[tuple[T, Queue]]]) -> T:
-        """Run ``body(reader)`` and its queued writes as one WATCH/MULTI/EXEC, again on a conflict."""
-        async with self.backend.errors(self.keys.version):
+        """Run ``body(reader)`` and its queued writes as one WATCH/MULTI/EXEC, again on a conflict.
+
+        The body's reads are not a snapshot: a write committed meanwhile can make them disagree
+        (a row listed, then gone). Whatever the body raises, the WATCH is checked (an empty
+        ``EXEC``) and the body runs again if anything changed, so an error (a conflict, a row not
+        found, a corrupt read) is raised only when it was read from one consistent state. The
+        writers of this process wait for each other on a lock (per event loop): among them
+        optimistic retries would only cost round trips; other processes are held off by the WATCH.
+        """
+        async with self._lock.get_sync(asyncio.Lock), self.backend.errors(self.keys.version):
             client = await self.backend.client()
             reader = await self.backend.reader()
             for attempt in range(_MAX_RETRIES):
                 async with client.pipeline(transaction=True) as pipe:
                     try:
                         await pipe.watch(self.keys.version, *watch)
-                        result, queue = await body(reader)
+                        try:
+                            result, queue = await body(reader)
+                        except (TulipNBError, ValueError, TypeError):
+                            pipe.multi()
+                            await pipe.execute()  # WatchError when the reads were not of one state
+                            raise
                         pipe.multi()
                         for write in queue:
                             write(pipe)
