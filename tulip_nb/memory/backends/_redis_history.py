@@ -1,15 +1,6 @@
 """The history model (:mod:`tulip_nb.memory.history`) on Redis, with tulip's keys as its projection.
 
-Keys, all under the backend's prefix in the namespace ``<prefix>\\x00h:`` (thread ids cannot hold
-NUL, so no key of tulip's layout ``<prefix><tid>:...`` starts there)::
-
-    \\x00h:e          hash  entry id (32 bytes) -> parent id (32 bytes, zeros for the first) + message JSON
-    \\x00h:n          hash  entry id -> reference count (rows whose head it is + entries whose parent it is)
-    \\x00h:v          string  the store's version: every write transaction WATCHes it and INCRs it
-    \\x00h:t          set   the threads that have rows
-    \\x00h:r:<tid>    hash  checkpoint id -> row header (head, digests, counts, created_at, base) + save metadata
-    \\x00h:f:<tid>    hash  checkpoint id -> the state's other fields, whole or a patch (rest_delta)
-    \\x00h:o:<tid>    zset  checkpoint id scored by created_at in microseconds (the listing order)
+The keys, the row format and the Lua scripts: :mod:`._redis_layout`.
 
 **Writes.** Every read-modify-write (save, copy, rewrite, delete) WATCHes the version key (and
 the thread's tulip index key), reads what it needs, and writes everything (entries, reference
@@ -34,17 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import random
-import struct
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
 import orjson
 from pydantic import ValidationError
 
-from tulip_nb.core import iso_offset, parse_datetime
+from tulip_nb.core import iso_offset
 from tulip_nb.core.errors import (
     BackendUnavailable,
     CheckpointConflict,
@@ -71,6 +61,18 @@ from tulip_nb.memory.backends._kv import (
     record_key,
     set_record_metadata,
 )
+from tulip_nb.memory.backends._redis_layout import (
+    EPOCH,
+    LOAD,
+    RELEASE,
+    ROOT,
+    Head,
+    Keys,
+    Queue,
+    meta_bytes,
+    micros,
+    parse_head,
+)
 from tulip_nb.memory.backends.redis import HISTORY_NAMESPACE, RedisBackend
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 from tulip_nb.memory.history import (
@@ -96,183 +98,12 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 __all__ = ["RedisHistory"]
 
 T = TypeVar("T")
-Queue = list[Callable[[Any], Any]]
-"""Writes of one transaction: each called with the ``MULTI`` pipeline."""
-Projection = Literal["latest", "every"]
-Blobs = tuple[tuple[str, bytes], ...]
-"""(checkpoint id, stored fields blob) of the rows from a snapshot to a patch, snapshot first."""
-
-_ROOT = b"\x00" * 32
 _MAX_RETRIES = 1000
 _CACHED_THREADS = 64
 _CACHED_MESSAGES = 16_384
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_HEADER = struct.Struct(">32s32s32sIIIHH")
-"""A row header's fixed part: head entry (zeros: none), fields hash, digest, message count, patch
-depth and chain, the lengths of ``created_at`` (ISO) and of the base's id, which follow it, then
-the save metadata's JSON (the Lua scripts read the head, the count and the base the same way)."""
-
-_RELEASE = """
-local entries, refs = KEYS[1], KEYS[2]
-local root = string.rep('\\0', 32)
-for i = 1, #ARGV do
-  local eid = ARGV[i]
-  while eid do
-    if redis.call('HINCRBY', refs, eid, -1) > 0 then break end
-    local value = redis.call('HGET', entries, eid)
-    redis.call('HDEL', entries, eid)
-    redis.call('HDEL', refs, eid)
-    if not value or #value < 32 or string.sub(value, 1, 32) == root then break end
-    eid = string.sub(value, 1, 32)
-  end
-end
-return 0
-"""
-"""One reference fewer to each head in ARGV; entries that reach zero go, and so on down the chain."""
-
-_LOAD = """
-local rows, rests, order, entries = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local cid = ARGV[1]
-if cid == '' then
-  local top = redis.call('ZREVRANGE', order, 0, 0)
-  if #top == 0 then return {} end
-  cid = top[1]
-end
-local header = redis.call('HGET', rows, cid)
-if not header then return {cid} end
-local function parse(h)
-  if #h < 112 then return nil end
-  local n, depth, chain, lc, lb = struct.unpack('>I4I4I4I2I2', string.sub(h, 97, 112))
-  if #h < 112 + lc + lb then return nil end
-  local base = nil
-  if lb > 0 then base = string.sub(h, 113 + lc, 112 + lc + lb) end
-  return {head = string.sub(h, 1, 32), n = n, base = base}
-end
-local row = parse(header)
-local out = {cid, header}
-local chain = {}
-local at, h = cid, row
-for k = 1, 35 do
-  table.insert(chain, at)
-  table.insert(chain, redis.call('HGET', rests, at) or false)
-  if not h or type(h.base) ~= 'string' then break end
-  at = h.base
-  local bh = redis.call('HGET', rows, at)
-  h = bh and parse(bh) or nil
-  if not bh then
-    table.insert(chain, at)
-    table.insert(chain, false)
-    break
-  end
-end
-table.insert(out, #chain / 2)
-for _, v in ipairs(chain) do table.insert(out, v) end
-local root = string.rep('\\0', 32)
-if ARGV[2] == '1' or not row or row.head == root then return out end
-local eid = row.head
-local n = row.n
-for k = 1, n + 1 do
-  local value = redis.call('HGET', entries, eid)
-  if not value then break end
-  table.insert(out, value)
-  if #value < 32 or string.sub(value, 1, 32) == root then break end
-  eid = string.sub(value, 1, 32)
-end
-return out
-"""
-"""A row, its fields' patch chain ((id, stored blob) pairs, the row's own first) and, unless ARGV[2]
-is '1', its history's entries from the head down (at most n + 1: a longer walk is a damaged link)."""
-
-
-def _micros(when: datetime) -> int:
-    return (when - _EPOCH) // timedelta(microseconds=1)
-
-
-@dataclass(frozen=True)
-class _Keys:
-    """The store's Redis keys under one prefix."""
-
-    base: str
-
-    @property
-    def entries(self) -> str:
-        return self.base + "e"
-
-    @property
-    def refs(self) -> str:
-        return self.base + "n"
-
-    @property
-    def version(self) -> str:
-        return self.base + "v"
-
-    @property
-    def threads(self) -> str:
-        return self.base + "t"
-
-    def rows(self, thread_id: str) -> str:
-        return self.base + "r:" + thread_id
-
-    def rests(self, thread_id: str) -> str:
-        return self.base + "f:" + thread_id
-
-    def order(self, thread_id: str) -> str:
-        return self.base + "o:" + thread_id
-
-
-@dataclass(frozen=True)
-class _Head:
-    """A stored row's header (everything but the fields' blob)."""
-
-    cid: str
-    n: int
-    created: str
-    head: bytes | None
-    base: str | None
-    depth: int
-    chain: int
-    fields: bytes
-    digest: bytes
-    meta: bytes
-
-    @property
-    def created_at(self) -> datetime:
-        return parse_datetime(self.created)
-
-    def encode(self) -> bytes:
-        created, base = self.created.encode(), (self.base or "").encode()
-        fixed = _HEADER.pack(
-            self.head or _ROOT, self.fields, self.digest, self.n, self.depth, self.chain, len(created), len(base)
-        )
-        return fixed + created + base + self.meta
-
-    def digest_for(self, thread_id: str, meta: bytes | None = None) -> bytes:
-        m = self.meta if meta is None else meta
-        return row_digest(thread_id, self.cid, self.created_at, m, self.head, self.n, self.fields)
-
-
-def _parse_head(cid: str, raw: bytes) -> _Head:
-    """A row header (:data:`_HEADER`, ``created_at``, base id, save metadata); ValueError when it
-    cannot be read."""
-    try:
-        head, fields, digest, n, depth, chain, lc, lb = _HEADER.unpack_from(raw)
-    except struct.error as e:
-        raise ValueError(f"row header: {e}") from e
-    at = _HEADER.size
-    if len(raw) < at + lc + lb:
-        raise ValueError("row header is cut short")
-    created = raw[at : at + lc].decode()
-    base = raw[at + lc : at + lc + lb].decode() or None
-    return _Head(
-        cid, n, created, None if head == _ROOT else head, base, depth, chain, fields, digest, raw[at + lc + lb :]
-    )
-
-
-def _meta_bytes(metadata: Mapping[str, Any], thread_id: str, checkpoint_id: str) -> bytes:
-    try:
-        return orjson.dumps(metadata, option=orjson.OPT_NON_STR_KEYS)
-    except TypeError as e:
-        raise TypeError(f"the save metadata of checkpoint {checkpoint_id!r} of {thread_id!r} is not JSON: {e}") from e
+Projection = Literal["latest", "every"]
+Blobs = tuple[tuple[str, bytes], ...]
+"""(checkpoint id, stored fields blob) of the rows from a snapshot to a patch, snapshot first."""
 
 
 @dataclass
@@ -280,7 +111,7 @@ class _View:
     """What a write transaction read of one thread: its rows' headers, tulip's index."""
 
     thread_id: str
-    heads: dict[str, _Head]
+    heads: dict[str, Head]
     broken: dict[str, Row]
     """Rows whose header cannot be read (listed with no metadata, their order's time)."""
     scores: dict[str, int]
@@ -298,11 +129,11 @@ class _View:
         return projection.foreign(self.index, self.ids)
 
 
-def _put_heads(queue: Queue, key: str, heads: Mapping[str, _Head]) -> None:
+def _put_heads(queue: Queue, key: str, heads: Mapping[str, Head]) -> None:
     """Queue the write of row headers (none: nothing)."""
     if heads:
         values = {c: h.encode() for c, h in heads.items()}
-        queue.append(lambda p: p.hset(key, mapping=values))
+        queue.add("hset", key, mapping=values)
 
 
 def _entry(row: Row) -> IndexEntry:
@@ -327,7 +158,7 @@ class RedisHistory(HistoryStore):
             )
         self.backend = backend
         self.project = project
-        self.keys = _Keys(backend.prefix + HISTORY_NAMESPACE)
+        self.keys = Keys(backend.prefix + HISTORY_NAMESPACE)
         self.where = f"redis {backend.url} prefix {backend.prefix!r}"
         self._messages: OrderedDict[bytes, tuple[bytes, Message]] = OrderedDict()
         # thread -> (checkpoint id, fields hash, parts, depth, chain, ((id, blob), ...)) of its newest save
@@ -368,8 +199,7 @@ class RedisHistory(HistoryStore):
                             await pipe.execute()  # WatchError when the reads were not of one state
                             raise
                         pipe.multi()
-                        for write in queue:
-                            write(pipe)
+                        queue.send(pipe)
                         pipe.incr(self.keys.version)
                         await pipe.execute()
                         return result
@@ -386,9 +216,9 @@ class RedisHistory(HistoryStore):
         return [k.rows(thread_id), k.rests(thread_id), k.order(thread_id), k.entries]
 
     # -- reading rows -------------------------------------------------------------------------
-    def _head(self, thread_id: str, cid: str, raw: bytes) -> _Head:
+    def _head(self, thread_id: str, cid: str, raw: bytes) -> Head:
         try:
-            return _parse_head(cid, raw)
+            return parse_head(cid, raw)
         except (ValueError, TypeError, KeyError) as e:
             raise CheckpointCorrupt(
                 f"checkpoint row cannot be read: {e}", path=self.where, thread_id=thread_id, checkpoint_id=cid
@@ -397,13 +227,13 @@ class RedisHistory(HistoryStore):
     def _row(self, thread_id: str, cid: str, raw: bytes, score: float | None) -> Row:
         """A listing's row: a damaged header is listed with no metadata (its load reports it)."""
         try:
-            h = _parse_head(cid, raw)
+            h = parse_head(cid, raw)
             meta = orjson.loads(h.meta)
             if not isinstance(meta, dict):
                 raise ValueError("save metadata is not an object")
             return Row(thread_id, cid, h.created_at, meta, h.n)
         except (ValueError, TypeError, KeyError):
-            when = _EPOCH + timedelta(microseconds=int(score or 0))
+            when = EPOCH + timedelta(microseconds=int(score or 0))
             return Row(thread_id, cid, when, {}, 0)
 
     async def _view(self, r: Any, thread_id: str) -> _View:
@@ -414,12 +244,12 @@ class RedisHistory(HistoryStore):
         pipe.get(self._tulip_key(index_key(thread_id)))
         raw_rows, scored, raw_index = await pipe.execute()
         scores = {c.decode(): int(s) for c, s in scored}
-        heads: dict[str, _Head] = {}
+        heads: dict[str, Head] = {}
         broken: dict[str, Row] = {}
         for c, raw in raw_rows.items():
             cid = c.decode()
             try:
-                heads[cid] = _parse_head(cid, raw)
+                heads[cid] = parse_head(cid, raw)
                 orjson.loads(heads[cid].meta)
             except (ValueError, TypeError, KeyError):
                 heads.pop(cid, None)
@@ -484,7 +314,7 @@ class RedisHistory(HistoryStore):
     async def load(self, thread_id: str, checkpoint_id: str | None = None) -> StoredCheckpoint | None:
         async with self.backend.errors(self.keys.rows(thread_id)):
             r = await self.backend.reader()
-            got = await self._eval(r, _LOAD, self._load_keys(thread_id), [checkpoint_id or "", "0"])
+            got = await self._eval(r, LOAD, self._load_keys(thread_id), [checkpoint_id or "", "0"])
             return self._loaded(thread_id, checkpoint_id, got)
 
     async def load_latest(self, thread_id: str) -> Checkpoint | StoredCheckpoint | None:
@@ -493,7 +323,7 @@ class RedisHistory(HistoryStore):
             r = await self.backend.reader()
             pipe = r.pipeline(transaction=False)
             pipe.get(self._tulip_key(index_key(thread_id)))
-            pipe.eval(_LOAD, 4, *self._load_keys(thread_id), "", "0")
+            pipe.eval(LOAD, 4, *self._load_keys(thread_id), "", "0")
             raw_index, got = await pipe.execute()
             index = self._index(thread_id, raw_index)
             stored = self._loaded(thread_id, None, got) if got else None  # corrupt: raises
@@ -555,7 +385,7 @@ class RedisHistory(HistoryStore):
             raise CheckpointCorrupt(f"save metadata is not JSON: {e}", path=self.where, **ctx) from e
         return StoredCheckpoint(Checkpoint(cid, thread_id, when, state, meta), ids)
 
-    def _verified(self, h: _Head, values: list[bytes], ctx: dict[str, Any]) -> tuple[list[Message], list[bytes]]:
+    def _verified(self, h: Head, values: list[bytes], ctx: dict[str, Any]) -> tuple[list[Message], list[bytes]]:
         """The messages and entry ids (oldest first) of a walk from the head, each entry checked.
 
         An entry this instance parsed before from the very same stored bytes reuses its message
@@ -578,7 +408,7 @@ class RedisHistory(HistoryStore):
         for i, value in enumerate(values):
             assert eid is not None
             parent_raw, data = value[:32], value[32:]
-            parent = None if parent_raw == _ROOT else parent_raw
+            parent = None if parent_raw == ROOT else parent_raw
             hit = cache.get(eid)
             if hit is not None and hit[0] == value:
                 out.append(hit[1])
@@ -634,8 +464,8 @@ class RedisHistory(HistoryStore):
             raise CheckpointCorrupt("the row's state fields do not match their hash", path=where, **ctx)
         return fields, tuple(reversed(blobs))
 
-    async def _fields_of(self, r: Any, thread_id: str, h: _Head) -> tuple[dict[str, Any], Blobs]:
-        got = await self._eval(r, _LOAD, self._load_keys(thread_id), [h.cid, "1"])
+    async def _fields_of(self, r: Any, thread_id: str, h: Head) -> tuple[dict[str, Any], Blobs]:
+        got = await self._eval(r, LOAD, self._load_keys(thread_id), [h.cid, "1"])
         if len(got) < 3:
             raise CheckpointCorrupt("the row is gone", path=self.where, thread_id=thread_id, checkpoint_id=h.cid)
         k = int(got[2])
@@ -676,7 +506,7 @@ class RedisHistory(HistoryStore):
         return row
 
     def _latest_of(
-        self, thread_id: str, tops: dict[str, _Head], top: list[str], index: list[IndexEntry], shown: set[str]
+        self, thread_id: str, tops: dict[str, Head], top: list[str], index: list[IndexEntry], shown: set[str]
     ) -> CheckpointInfo | None:
         ours = None
         if top:
@@ -695,7 +525,7 @@ class RedisHistory(HistoryStore):
         r: Any,
         thread_id: str,
         write: RowWrite,
-        tops: dict[str, _Head],
+        tops: dict[str, Head],
         top: list[str],
         index: list[IndexEntry],
         shown: set[str],
@@ -703,17 +533,17 @@ class RedisHistory(HistoryStore):
         done: list[tuple[str, bytes, Parts, int, int, Blobs]],
     ) -> tuple[Row, Queue]:
         k, cid, chain = self.keys, write.checkpoint_id, write.chain
-        meta = _meta_bytes(write.metadata, thread_id, cid)
+        meta = meta_bytes(write.metadata, thread_id, cid)
         replacing = cid in tops or (await r.zscore(k.order(thread_id), cid)) is not None
         base = next((tops[c] for c in top if c != cid and c in tops), None)
-        queue: Queue = []
+        queue = Queue()
         head_ops = await self._store_chain(r, chain)
         view: _View | None = None
         if replacing or (self.project and thread_id not in self._checked):
             view = await self._view(r, thread_id)
         if replacing:
             assert view is not None
-            rebased: dict[str, _Head] = {}
+            rebased: dict[str, Head] = {}
             await self._drop(r, view, {cid}, queue, rebased)
             _put_heads(queue, k.rows(thread_id), rebased)
         base_parts, depth, chain_len, blobs = await self._base_parts(r, thread_id, base)
@@ -721,7 +551,7 @@ class RedisHistory(HistoryStore):
         blobs = (*blobs, (cid, enc.blob)) if enc.patch else ((cid, enc.blob),)
         digest_of_fields = fields_hash(fields_bytes)
         digest = row_digest(thread_id, cid, write.created_at, meta, chain.head, chain.n, digest_of_fields)
-        h = _Head(
+        h = Head(
             cid,
             chain.n,
             iso_offset(write.created_at),
@@ -733,11 +563,11 @@ class RedisHistory(HistoryStore):
             digest,
             meta,
         )
-        queue[0:0] = head_ops  # the new head is referenced before a replaced row lets go of it
-        queue.append(lambda p: p.hset(k.rows(thread_id), cid, h.encode()))
-        queue.append(lambda p: p.hset(k.rests(thread_id), cid, enc.blob))
-        queue.append(lambda p: p.zadd(k.order(thread_id), {cid: _micros(write.created_at)}))
-        queue.append(lambda p: p.sadd(k.threads, thread_id))
+        queue.before(head_ops)  # the new head is referenced before a replaced row lets go of it
+        queue.add("hset", k.rows(thread_id), cid, h.encode())
+        queue.add("hset", k.rests(thread_id), cid, enc.blob)
+        queue.add("zadd", k.order(thread_id), {cid: micros(write.created_at)})
+        queue.add("sadd", k.threads, thread_id)
         done.append((cid, digest_of_fields, parts, enc.depth, enc.chain, blobs))
         row = Row(thread_id, cid, write.created_at, orjson.loads(meta), chain.n)
         if self.project:
@@ -782,7 +612,7 @@ class RedisHistory(HistoryStore):
         return encode_record(data, row.checkpoint_id, row.created_at, dict(row.metadata))
 
     async def _record_of(self, r: Any, thread_id: str, cid: str) -> bytes:
-        got = await self._eval(r, _LOAD, self._load_keys(thread_id), [cid, "0"])
+        got = await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"])
         stored = self._loaded(thread_id, cid, got)
         assert stored is not None
         ck = stored.checkpoint
@@ -794,11 +624,11 @@ class RedisHistory(HistoryStore):
         for op in ops:
             match op:
                 case Put(key, value):
-                    queue.append(lambda pipe, key=key, value=value: pipe.set(p(key), value))
+                    queue.add("set", p(key), value)
                 case Copy(source, dest):
-                    queue.append(lambda pipe, s=source, d=dest: pipe.copy(p(s), p(d), replace=True))
+                    queue.add("copy", p(source), p(dest), replace=True)
                 case Delete(key):
-                    queue.append(lambda pipe, key=key: pipe.delete(p(key)))
+                    queue.add("delete", p(key))
 
     async def _store_chain(self, r: Any, chain: MessageChain) -> Queue:
         """Queue the entries of ``chain`` the store lacks (checked here, inside the transaction) and
@@ -810,7 +640,7 @@ class RedisHistory(HistoryStore):
         messages and a damaged one is rewritten (its id proves the writer's bytes).
         """
         k, n, ids = self.keys, chain.n, chain.ids
-        out: Queue = []
+        out = Queue()
         if n == 0:
             return out
         k0 = max(min(chain.known, n) - 1, 0)
@@ -830,13 +660,13 @@ class RedisHistory(HistoryStore):
         await self._check_stored(r, chain, min(chain.known, lo), lo, out)
         if lo < n:
             if lo:
-                out.append(lambda p, eid=ids[lo - 1]: p.hincrby(k.refs, eid, 1))
-            values = {ids[i]: (ids[i - 1] if i else _ROOT) + chain.data(i) for i in range(lo, n)}
+                out.add("hincrby", k.refs, ids[lo - 1], 1)
+            values = {ids[i]: (ids[i - 1] if i else ROOT) + chain.data(i) for i in range(lo, n)}
             refs = {ids[i]: 1 for i in range(lo, n - 1)}
             refs[ids[n - 1]] = 0
-            out.append(lambda p: p.hset(k.entries, mapping=values))
-            out.append(lambda p: p.hset(k.refs, mapping=refs))
-        out.append(lambda p, head=ids[n - 1]: p.hincrby(k.refs, head, 1))
+            out.add("hset", k.entries, mapping=values)
+            out.add("hset", k.refs, mapping=refs)
+        out.add("hincrby", k.refs, ids[n - 1], 1)
         return out
 
     async def _check_stored(self, r: Any, chain: MessageChain, start: int, upto: int, out: Queue) -> None:
@@ -845,15 +675,15 @@ class RedisHistory(HistoryStore):
         ids = chain.ids
         stored = await r.hmget(self.keys.entries, list(ids[start:upto]))
         for i, value in zip(range(start, upto), stored, strict=True):
-            mine = (ids[i - 1] if i else _ROOT) + chain.data(i)
+            mine = (ids[i - 1] if i else ROOT) + chain.data(i)
             if value is None:
                 raise CheckpointCorrupt(
                     f"stored history lacks message {i}, which its reference count says is stored", path=self.where
                 )
             if value != mine:
-                out.append(lambda p, eid=ids[i], v=mine: p.hset(self.keys.entries, eid, v))
+                out.add("hset", self.keys.entries, ids[i], mine)
 
-    async def _base_parts(self, r: Any, thread_id: str, base: _Head | None) -> tuple[Parts | None, int, int, Blobs]:
+    async def _base_parts(self, r: Any, thread_id: str, base: Head | None) -> tuple[Parts | None, int, int, Blobs]:
         """The parts, depth, chain and stored chain of the row a save patches against (None: none).
 
         This instance's own newest save when the row is still that one (same id, fields hash and
@@ -882,7 +712,7 @@ class RedisHistory(HistoryStore):
             self._fields.popitem(last=False)
 
     # -- drop ---------------------------------------------------------------------------------
-    async def _drop(self, r: Any, view: _View, cids: Collection[str], queue: Queue, changed: dict[str, _Head]) -> int:
+    async def _drop(self, r: Any, view: _View, cids: Collection[str], queue: Queue, changed: dict[str, Head]) -> int:
         """Queue the removal of rows ``cids`` of ``view``'s thread: the survivors whose fields patch
         one of them rewritten whole first (all rebuilt before any is rewritten), then the rows, then
         one reference fewer to each head (entries nothing reaches go, server side)."""
@@ -900,13 +730,13 @@ class RedisHistory(HistoryStore):
                 whole = pack(orjson.dumps(fields))
                 was = changed.get(dep.cid, dep)
                 changed[dep.cid] = replace(was, base=None, depth=0, chain=0)
-                queue.append(lambda p, c=dep.cid, b=whole: p.hset(k.rests(tid), c, b))
+                queue.add("hset", k.rests(tid), dep.cid, whole)
         heads = [view.heads[c].head for c in found if c in view.heads and view.heads[c].head is not None]
-        queue.append(lambda p: p.hdel(k.rows(tid), *found))
-        queue.append(lambda p: p.hdel(k.rests(tid), *found))
-        queue.append(lambda p: p.zrem(k.order(tid), *found))
+        queue.add("hdel", k.rows(tid), *found)
+        queue.add("hdel", k.rests(tid), *found)
+        queue.add("zrem", k.order(tid), *found)
         if heads:
-            queue.append(lambda p: p.eval(_RELEASE, 2, k.entries, k.refs, *heads))
+            queue.add("eval", RELEASE, 2, k.entries, k.refs, *heads)
         for c in found:
             changed.pop(c, None)
         self._fields.pop(tid, None)
@@ -923,8 +753,8 @@ class RedisHistory(HistoryStore):
             infos = [row.info for row in view.rows()] + [_info(thread_id, e) for e in tulip]
             infos.sort(key=lambda i: (i.created_at, i.checkpoint_id), reverse=True)
             change = plan(infos)
-            queue: Queue = []
-            changed: dict[str, _Head] = {}
+            queue = Queue()
+            changed: dict[str, Head] = {}
             tulip_ids = {e.checkpoint_id for e in tulip}
             relinked: dict[str, IndexEntry] = {}
             records: dict[str, bytes] = {}
@@ -935,7 +765,7 @@ class RedisHistory(HistoryStore):
                 if h is not None:
                     if h.digest_for(thread_id) != h.digest:
                         continue  # a damaged or moved-in row is never re-signed
-                    blob = _meta_bytes(meta, thread_id, cid)
+                    blob = meta_bytes(meta, thread_id, cid)
                     changed[cid] = replace(h, meta=blob, digest=h.digest_for(thread_id, blob))
                 elif cid in tulip_ids:
                     raw = await r.get(self._tulip_key(record_key(thread_id, cid)))
@@ -948,8 +778,8 @@ class RedisHistory(HistoryStore):
             _put_heads(queue, k.rows(thread_id), changed)
             survivors = view.ids - change.drop
             if not survivors:
-                queue.append(lambda p: p.delete(k.rows(thread_id), k.rests(thread_id), k.order(thread_id)))
-                queue.append(lambda p: p.srem(k.threads, thread_id))
+                queue.add("delete", k.rows(thread_id), k.rests(thread_id), k.order(thread_id))
+                queue.add("srem", k.threads, thread_id)
             if self.project:
                 rows = [
                     IndexEntry(x.checkpoint_id, x.created_at, orjson.loads(changed[x.checkpoint_id].meta))
@@ -977,9 +807,9 @@ class RedisHistory(HistoryStore):
             self._checked.add(thread_id)
         return gone
 
-    async def _record_of_changed(self, r: Any, thread_id: str, cid: str, h: _Head | None) -> bytes:
+    async def _record_of_changed(self, r: Any, thread_id: str, cid: str, h: Head | None) -> bytes:
         """tulip's record of a stored row, with the save metadata this transaction gives it."""
-        got = await self._eval(r, _LOAD, self._load_keys(thread_id), [cid, "0"])
+        got = await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"])
         stored = self._loaded(thread_id, cid, got)
         assert stored is not None
         ck = stored.checkpoint
@@ -992,12 +822,12 @@ class RedisHistory(HistoryStore):
 
         async def body(r: Any) -> tuple[int, Queue]:
             view = await self._view(r, thread_id)
-            queue: Queue = []
+            queue = Queue()
             heads = [h.head for h in view.heads.values() if h.head is not None]
-            queue.append(lambda p: p.delete(k.rows(thread_id), k.rests(thread_id), k.order(thread_id)))
-            queue.append(lambda p: p.srem(k.threads, thread_id))
+            queue.add("delete", k.rows(thread_id), k.rests(thread_id), k.order(thread_id))
+            queue.add("srem", k.threads, thread_id)
             if heads:
-                queue.append(lambda p: p.eval(_RELEASE, 2, k.entries, k.refs, *heads))
+                queue.add("eval", RELEASE, 2, k.entries, k.refs, *heads)
             tulip = view.foreign()
             if self.project:
                 pc = projection.changes(
@@ -1039,27 +869,26 @@ class RedisHistory(HistoryStore):
                         heads[cid] = raw
                     continue
                 intact = h.digest_for(source) == h.digest
-                meta = _meta_bytes(metadata(row), dest, cid)
+                meta = meta_bytes(metadata(row), dest, cid)
                 copy = replace(h, meta=meta, digest=h.digest_for(dest, meta) if intact else h.digest)
                 heads[cid] = copy.encode()
                 rows.append(Row(dest, cid, row.created_at, orjson.loads(meta), row.n_messages))
                 if h.head is not None:
                     refs[h.head] = refs.get(h.head, 0) + 1
-            queue: Queue = [
-                lambda p: p.hset(k.rows(dest), mapping=heads),
-                lambda p: p.zadd(k.order(dest), {c: s for c, s in src.scores.items() if c in heads}),
-                lambda p: p.sadd(k.threads, dest),
-            ]
+            queue = Queue()
+            queue.add("hset", k.rows(dest), mapping=heads)
+            queue.add("zadd", k.order(dest), {c: s for c, s in src.scores.items() if c in heads})
+            queue.add("sadd", k.threads, dest)
             if rests:
-                queue.append(lambda p: p.hset(k.rests(dest), mapping=rests))
+                queue.add("hset", k.rests(dest), mapping=rests)
             for head, n in refs.items():
-                queue.append(lambda p, e=head, n=n: p.hincrby(k.refs, e, n))
+                queue.add("hincrby", k.refs, head, n)
             if self.project:
                 want = projection.wanted([_entry(x) for x in rows], every=self.project == "every")
                 pc = projection.changes([], ours=set(heads), want=want)
                 records = {}
                 for c in pc.write:
-                    got = self._loaded(source, c, await self._eval(r, _LOAD, self._load_keys(source), [c, "0"]))
+                    got = self._loaded(source, c, await self._eval(r, LOAD, self._load_keys(source), [c, "0"]))
                     assert got is not None
                     row = next(x for x in rows if x.checkpoint_id == c)
                     state_bytes = b"".join(state_json_parts(got.checkpoint.state))
@@ -1081,7 +910,7 @@ class RedisHistory(HistoryStore):
             problems: list[str] = []
             for eid, value in entries.items():
                 parent = value[:32]
-                if parent != _ROOT:
+                if parent != ROOT:
                     if parent not in want:
                         problems.append(f"entry {eid.hex()[:12]}: its parent entry is missing")
                         continue
