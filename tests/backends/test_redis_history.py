@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import require_service
 from tulip_nb.core import AgentState, CheckpointCorrupt, Message, UserError
+from tulip_nb.memory.backends._kv import decode_record
 from tulip_nb.memory.backends.redis import HISTORY_NAMESPACE
 
 from .factories.kv import REDIS_URL, drop_redis_prefix
@@ -174,6 +175,11 @@ async def test_the_default_projection_is_the_latest_turn_end(prefix: str, redis:
         assert [e["checkpoint_id"] for e in index["checkpoints"]] == [ends[0]]
         latest = orjson.loads(await redis.get(f"{prefix}t:latest"))
         assert latest["_checkpoint_id"] == ends[0]
+        record = await redis.get(f"{prefix}t:{ends[0]}")
+        shown, envelope = decode_record(record, where="test", thread_id="t")
+        ours = await cp.load_checkpoint("t", ends[0])
+        assert ours is not None and orjson.loads(shown.to_json_bytes()) == orjson.loads(ours.state.to_json_bytes())
+        assert envelope["_metadata"] == ours.metadata and record == await redis.get(f"{prefix}t:latest")
         tulip_keys = {k.decode() async for k in redis.scan_iter(match=prefix + "t:*")}
         assert tulip_keys == {f"{prefix}t:{ends[0]}", f"{prefix}t:latest", f"{prefix}t:_checkpoints"}
         # dropping that turn end projects the one before it, in the same transaction

@@ -44,7 +44,7 @@ from tulip_nb.core.errors import (
 )
 from tulip_nb.core.fastload import gc_paused, messages_from_json
 from tulip_nb.core.messages import Message
-from tulip_nb.core.state import AgentState, MessageBlobCache, state_json_parts
+from tulip_nb.core.state import MessageBlobCache, state_json_parts
 from tulip_nb.memory._pools import PerLoop
 from tulip_nb.memory.backends import _kv_projection as projection
 from tulip_nb.memory.backends._history_common import newest
@@ -64,6 +64,7 @@ from tulip_nb.memory.backends._kv import (
 from tulip_nb.memory.backends._redis_layout import (
     EPOCH,
     LOAD,
+    RECORD,
     RELEASE,
     ROOT,
     Head,
@@ -127,6 +128,19 @@ class _View:
 
     def foreign(self) -> list[IndexEntry]:
         return projection.foreign(self.index, self.ids)
+
+
+_MARK = b"\x00tulip_nb-messages\x00"
+"""Where a record's messages go (JSON text never holds a raw NUL)."""
+
+
+def _record_parts(row: Row, fields_bytes: bytes) -> tuple[bytes, bytes]:
+    """tulip's record of a row, around its messages: what comes before them and after them (the
+    state's other fields, from their canonical bytes, and the three envelope keys)."""
+    tail = b"]}" if fields_bytes == b"{}" else b"]," + fields_bytes[1:]
+    whole = encode_record(b'{"messages":[' + _MARK + tail, row.checkpoint_id, row.created_at, dict(row.metadata))
+    pre, _, post = whole.partition(_MARK)
+    return pre, post
 
 
 def _put_heads(queue: Queue, key: str, heads: Mapping[str, Head]) -> None:
@@ -473,10 +487,9 @@ class RedisHistory(HistoryStore):
         return self._rebuild(chain, h.fields, {"thread_id": thread_id, "checkpoint_id": h.cid})
 
     # -- save ---------------------------------------------------------------------------------
-    async def save(self, thread_id: str, plan: SavePlanFn, *, state: AgentState | None = None) -> Row:
+    async def save(self, thread_id: str, plan: SavePlanFn) -> Row:
         """Write ``plan(latest)`` as a row (see :meth:`HistoryStore.save`); ``latest`` is the newest
-        of the thread's rows and tulip's own checkpoints. ``state``: the saved state (its record is
-        written for tulip when it is projected)."""
+        of the thread's rows and tulip's own checkpoints."""
         k = self.keys
         done: list[tuple[str, bytes, Parts, int, int, Blobs]] = []
 
@@ -496,7 +509,7 @@ class RedisHistory(HistoryStore):
             shown = {e.checkpoint_id for e, s in zip(index, scores, strict=False) if s is not None}
             latest = self._latest_of(thread_id, tops, top, index, shown)
             write = plan(latest)
-            return await self._insert(r, thread_id, write, tops, top, index, shown, state, done)
+            return await self._insert(r, thread_id, write, tops, top, index, shown, done)
 
         row = await self._transact([self._tulip_key(index_key(thread_id))], body)
         if done:
@@ -529,7 +542,6 @@ class RedisHistory(HistoryStore):
         top: list[str],
         index: list[IndexEntry],
         shown: set[str],
-        state: AgentState | None,
         done: list[tuple[str, bytes, Parts, int, int, Blobs]],
     ) -> tuple[Row, Queue]:
         k, cid, chain = self.keys, write.checkpoint_id, write.chain
@@ -583,10 +595,14 @@ class RedisHistory(HistoryStore):
             change = projection.changes(index, ours=ours, want=want, rewrite=missing | {cid})
             records: dict[str, bytes] = {}
             for c in change.write:
-                if c == cid:
-                    records[c] = self._record(thread_id, row, chain, fields_bytes, state)
-                else:
+                if c != cid:
                     records[c] = await self._record_of(r, thread_id, c)
+                elif chain.n:  # built server side from the entries: the history crosses no wire
+                    pre, post = _record_parts(row, fields_bytes)
+                    key = self._tulip_key(record_key(thread_id, cid))
+                    queue.add("eval", RECORD, 2, k.entries, key, chain.ids[chain.n - 1], chain.n, pre, post)
+                else:
+                    records[c] = b"".join(_record_parts(row, fields_bytes))
             self._queue_ops(queue, projection.ops(thread_id, change, records, index))
         return row, queue
 
@@ -598,18 +614,6 @@ class RedisHistory(HistoryStore):
         for e in rows:
             pipe.exists(self._tulip_key(record_key(thread_id, e.checkpoint_id)))
         return {e.checkpoint_id for e, n in zip(rows, await pipe.execute(), strict=True) if not n}
-
-    def _record(
-        self, thread_id: str, row: Row, chain: MessageChain, fields_bytes: bytes, state: AgentState | None
-    ) -> bytes:
-        """tulip's record of a row being saved: the state's JSON and the three envelope keys."""
-        if state is not None:
-            data = b"".join(state_json_parts(state, cache=self._blobs, key=thread_id))
-        else:
-            messages = b",".join(chain.data(i) for i in range(chain.n))
-            tail = b"]}" if fields_bytes == b"{}" else b"]," + fields_bytes[1:]
-            data = b'{"messages":[' + messages + tail
-        return encode_record(data, row.checkpoint_id, row.created_at, dict(row.metadata))
 
     async def _record_of(self, r: Any, thread_id: str, cid: str) -> bytes:
         got = await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"])

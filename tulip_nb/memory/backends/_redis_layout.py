@@ -28,7 +28,20 @@ import orjson
 from tulip_nb.core import parse_datetime
 from tulip_nb.memory.history import row_digest
 
-__all__ = ["EPOCH", "HEADER", "LOAD", "RELEASE", "ROOT", "Head", "Keys", "Queue", "meta_bytes", "micros", "parse_head"]
+__all__ = [
+    "EPOCH",
+    "HEADER",
+    "LOAD",
+    "RECORD",
+    "RELEASE",
+    "ROOT",
+    "Head",
+    "Keys",
+    "Queue",
+    "meta_bytes",
+    "micros",
+    "parse_head",
+]
 
 ROOT = b"\x00" * 32
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -36,6 +49,26 @@ HEADER = struct.Struct(">32s32s32sIIIHH")
 """A row header's fixed part: head entry (zeros: none), fields hash, digest, message count, patch
 depth and chain, the lengths of ``created_at`` (ISO) and of the base's id, which follow it, then
 the save metadata's JSON (the Lua scripts read the head, the count and the base the same way)."""
+
+RECORD = """
+local entries, key = KEYS[1], KEYS[2]
+local eid, n = ARGV[1], tonumber(ARGV[2])
+local root = string.rep('\\0', 32)
+local parts = {}
+for k = n, 1, -1 do
+  local value = redis.call('HGET', entries, eid)
+  if not value or #value < 32 then return 0 end
+  parts[k] = string.sub(value, 33)
+  local parent = string.sub(value, 1, 32)
+  if (parent == root) ~= (k == 1) then return 0 end
+  eid = parent
+end
+redis.call('SET', key, ARGV[3] .. table.concat(parts, ',') .. ARGV[4])
+return 1
+"""
+"""tulip's record of a row, built server side: ARGV[3] .. the messages of the history that ends at
+the entry ARGV[1] (ARGV[2] of them), joined by commas .. ARGV[4]. A history that does not hold
+exactly that many messages writes nothing (the projection is repaired later; loads report it)."""
 
 RELEASE = """
 local entries, refs = KEYS[1], KEYS[2]

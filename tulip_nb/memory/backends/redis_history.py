@@ -122,7 +122,7 @@ class RedisHistoryCheckpointer(InTreeCheckpointer):
         plan = save_plan(
             thread_id, cid, state, metadata, expected_parent, chain, rest, blobs=self._blobs, sign=self.sign
         )
-        await self.store.save(thread_id, plan, state=state)
+        await self.store.save(thread_id, plan)
         self._chains.stored(thread_id, chain)
         return cid
 
@@ -130,7 +130,7 @@ class RedisHistoryCheckpointer(InTreeCheckpointer):
         ckpt = validate_checkpoint(checkpoint)
         check_checkpoint_id(ckpt.checkpoint_id, ckpt.thread_id)
         write = put_write(ckpt, self._chains)
-        await self.store.save(ckpt.thread_id, lambda _latest: write, state=ckpt.state)
+        await self.store.save(ckpt.thread_id, lambda _latest: write)
         self._chains.stored(ckpt.thread_id, write.chain)
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
