@@ -223,3 +223,33 @@ async def test_layout_tulip_projects_every_checkpoint_and_prune_keeps_it_in_step
         }
     finally:
         await cp.close()
+
+
+async def test_loads_read_the_main_line_or_walk_and_agree(prefix: str, redis: Any) -> None:
+    """A load reads the thread's main line (LRANGE + HMGET) when it holds the row's history and walks
+    the parent links otherwise (a copy, an older branch): the same states either way."""
+    cp = make(prefix)
+    try:
+        state = await grow(cp, "t", 3)
+        first = await cp.latest_checkpoint_id("t")
+        assert await redis.llen(ns(prefix, "m:t")) == len(state.messages)
+        assert await cp.copy_thread("t", "c") is True
+        assert await redis.exists(ns(prefix, "m:c")) == 0  # a copy writes rows only: its loads walk
+        walked = await cp.load("c")
+        assert walked is not None and walked.messages == state.messages
+        # a save whose history differs (a message replaced) becomes the main line; the older row walks
+        other = state.model_copy()
+        other.messages = [*state.messages[:-1], Message.assistant("a different answer")]
+        await cp.save(other, "t", metadata={"source": "final"})
+        line = await redis.lrange(ns(prefix, "m:t"), 0, -1)
+        assert len(line) == len(other.messages) and line[-1] != (await redis.hget(ns(prefix, "r:t"), first))[:32]
+        fresh = make(prefix)
+        try:
+            latest, older = await fresh.load("t"), await fresh.load("t", first)
+            assert latest is not None and latest.messages == other.messages
+            assert older is not None and older.messages == state.messages
+        finally:
+            await fresh.close()
+        assert await cp.check_store() == []
+    finally:
+        await cp.close()

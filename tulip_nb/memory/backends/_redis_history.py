@@ -227,7 +227,7 @@ class RedisHistory(HistoryStore):
 
     def _load_keys(self, thread_id: str) -> list[str]:
         k = self.keys
-        return [k.rows(thread_id), k.rests(thread_id), k.order(thread_id), k.entries]
+        return [k.rows(thread_id), k.rests(thread_id), k.order(thread_id), k.entries, k.line(thread_id)]
 
     # -- reading rows -------------------------------------------------------------------------
     def _head(self, thread_id: str, cid: str, raw: bytes) -> Head:
@@ -337,7 +337,7 @@ class RedisHistory(HistoryStore):
             r = await self.backend.reader()
             pipe = r.pipeline(transaction=False)
             pipe.get(self._tulip_key(index_key(thread_id)))
-            pipe.eval(LOAD, 4, *self._load_keys(thread_id), "", "0")
+            pipe.eval(LOAD, 5, *self._load_keys(thread_id), "", "0")
             raw_index, got = await pipe.execute()
             index = self._index(thread_id, raw_index)
             stored = self._loaded(thread_id, None, got) if got else None  # corrupt: raises
@@ -550,6 +550,7 @@ class RedisHistory(HistoryStore):
         base = next((tops[c] for c in top if c != cid and c in tops), None)
         queue = Queue()
         head_ops = await self._store_chain(r, chain)
+        line_ops = await self._line(r, thread_id, chain)
         view: _View | None = None
         if replacing or (self.project and thread_id not in self._checked):
             view = await self._view(r, thread_id)
@@ -575,6 +576,7 @@ class RedisHistory(HistoryStore):
             digest,
             meta,
         )
+        queue.before(line_ops)
         queue.before(head_ops)  # the new head is referenced before a replaced row lets go of it
         queue.add("hset", k.rows(thread_id), cid, h.encode())
         queue.add("hset", k.rests(thread_id), cid, enc.blob)
@@ -600,7 +602,8 @@ class RedisHistory(HistoryStore):
                 elif chain.n:  # built server side from the entries: the history crosses no wire
                     pre, post = _record_parts(row, fields_bytes)
                     key = self._tulip_key(record_key(thread_id, cid))
-                    queue.add("eval", RECORD, 2, k.entries, key, chain.ids[chain.n - 1], chain.n, pre, post)
+                    head = chain.ids[chain.n - 1]
+                    queue.add("eval", RECORD, 3, k.entries, key, k.line(thread_id), head, chain.n, pre, post)
                 else:
                     records[c] = b"".join(_record_parts(row, fields_bytes))
             self._queue_ops(queue, projection.ops(thread_id, change, records, index))
@@ -671,6 +674,28 @@ class RedisHistory(HistoryStore):
             out.add("hset", k.entries, mapping=values)
             out.add("hset", k.refs, mapping=refs)
         out.add("hincrby", k.refs, ids[n - 1], 1)
+        return out
+
+    async def _line(self, r: Any, thread_id: str, chain: MessageChain) -> Queue:
+        """Keep the thread's main line (the entry ids of its latest save's history, which loads read
+        with one ``LRANGE`` and ``HMGET`` instead of a walk): extended when the save extends it, left
+        when the save is a prefix of it, written anew when the save's history is another."""
+        key, ids, n = self.keys.line(thread_id), chain.ids, chain.n
+        out = Queue()
+        pipe = r.pipeline(transaction=False)
+        pipe.llen(key)
+        pipe.lindex(key, max(n - 1, 0))
+        pipe.lindex(key, -1)
+        length, at_n, last = await pipe.execute()
+        if length <= n and (length == 0 or last == ids[length - 1]):
+            if n > length:
+                out.add("rpush", key, *ids[length:n])
+        elif length > n and (n == 0 or at_n == ids[n - 1]):
+            pass
+        else:
+            out.add("delete", key)
+            if n:
+                out.add("rpush", key, *ids[:n])
         return out
 
     async def _check_stored(self, r: Any, chain: MessageChain, start: int, upto: int, out: Queue) -> None:
@@ -782,7 +807,7 @@ class RedisHistory(HistoryStore):
             _put_heads(queue, k.rows(thread_id), changed)
             survivors = view.ids - change.drop
             if not survivors:
-                queue.add("delete", k.rows(thread_id), k.rests(thread_id), k.order(thread_id))
+                queue.add("delete", k.rows(thread_id), k.rests(thread_id), k.order(thread_id), k.line(thread_id))
                 queue.add("srem", k.threads, thread_id)
             if self.project:
                 rows = [
@@ -828,7 +853,7 @@ class RedisHistory(HistoryStore):
             view = await self._view(r, thread_id)
             queue = Queue()
             heads = [h.head for h in view.heads.values() if h.head is not None]
-            queue.add("delete", k.rows(thread_id), k.rests(thread_id), k.order(thread_id))
+            queue.add("delete", k.rows(thread_id), k.rests(thread_id), k.order(thread_id), k.line(thread_id))
             queue.add("srem", k.threads, thread_id)
             if heads:
                 queue.add("eval", RELEASE, 2, k.entries, k.refs, *heads)

@@ -10,6 +10,7 @@ NUL, so no key of tulip's layout ``<prefix><tid>:...`` starts there)::
     \\x00h:r:<tid>    hash  checkpoint id -> row header (head, digests, counts, created_at, base) + save metadata
     \\x00h:f:<tid>    hash  checkpoint id -> the state's other fields, whole or a patch (rest_delta)
     \\x00h:o:<tid>    zset  checkpoint id scored by created_at in microseconds (the listing order)
+    \\x00h:m:<tid>    list  the thread's main line: the entry ids of its latest save's history, oldest first
 
 A row header is binary (:data:`HEADER`), so the Lua scripts read a row's head entry, message
 count and patch base without parsing JSON.
@@ -50,25 +51,58 @@ HEADER = struct.Struct(">32s32s32sIIIHH")
 depth and chain, the lengths of ``created_at`` (ISO) and of the base's id, which follow it, then
 the save metadata's JSON (the Lua scripts read the head, the count and the base the same way)."""
 
-RECORD = """
-local entries, key = KEYS[1], KEYS[2]
-local eid, n = ARGV[1], tonumber(ARGV[2])
+_HISTORY = """
 local root = string.rep('\\0', 32)
-local parts = {}
-for k = n, 1, -1 do
-  local value = redis.call('HGET', entries, eid)
-  if not value or #value < 32 then return 0 end
-  parts[k] = string.sub(value, 33)
-  local parent = string.sub(value, 1, 32)
-  if (parent == root) ~= (k == 1) then return 0 end
-  eid = parent
+-- the entries' values of the history that ends at entry eid (n of them), head first: from the
+-- thread's main line (a list of entry ids) when it holds that history, else by the parent links
+-- (n + 1 at most: a longer walk is a damaged link); what is missing is left out
+local function history(entries, line, eid, n)
+  local out = {}
+  if n > 0 and redis.call('LINDEX', line, n - 1) == eid then
+    local ids = redis.call('LRANGE', line, 0, n - 1)
+    local values = {}
+    for i = 1, n, 1000 do
+      local got = redis.call('HMGET', entries, unpack(ids, i, math.min(i + 999, n)))
+      for j = 1, #got do values[i + j - 1] = got[j] end
+    end
+    for k = n, 1, -1 do
+      if not values[k] then return out end
+      table.insert(out, values[k])
+    end
+    return out
+  end
+  for k = 1, n + 1 do
+    local value = redis.call('HGET', entries, eid)
+    if not value then break end
+    table.insert(out, value)
+    if #value < 32 or string.sub(value, 1, 32) == root then break end
+    eid = string.sub(value, 1, 32)
+  end
+  return out
 end
-redis.call('SET', key, ARGV[3] .. table.concat(parts, ',') .. ARGV[4])
+"""
+
+RECORD = (
+    _HISTORY
+    + """
+local values = history(KEYS[1], KEYS[3], ARGV[1], tonumber(ARGV[2]))
+local n = tonumber(ARGV[2])
+if #values ~= n then return 0 end
+local parts = {}
+for k = 1, n do
+  local value = values[n + 1 - k]
+  if #value < 32 then return 0 end
+  parts[k] = string.sub(value, 33)
+end
+if string.sub(values[n], 1, 32) ~= root then return 0 end
+redis.call('SET', KEYS[2], ARGV[3] .. table.concat(parts, ',') .. ARGV[4])
 return 1
 """
-"""tulip's record of a row, built server side: ARGV[3] .. the messages of the history that ends at
-the entry ARGV[1] (ARGV[2] of them), joined by commas .. ARGV[4]. A history that does not hold
-exactly that many messages writes nothing (the projection is repaired later; loads report it)."""
+)
+"""tulip's record of a row, built server side (KEYS: entries, the record, the main line): ARGV[3] ..
+the messages of the history that ends at the entry ARGV[1] (ARGV[2] of them), joined by commas ..
+ARGV[4]. A history that does not hold exactly that many messages writes nothing (the projection is
+repaired later; loads report it)."""
 
 RELEASE = """
 local entries, refs = KEYS[1], KEYS[2]
@@ -88,8 +122,10 @@ return 0
 """
 """One reference fewer to each head in ARGV; entries that reach zero go, and so on down the chain."""
 
-LOAD = """
-local rows, rests, order, entries = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+LOAD = (
+    _HISTORY
+    + """
+local rows, rests, order, entries, line = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local cid = ARGV[1]
 if cid == '' then
   local top = redis.call('ZREVRANGE', order, 0, 0)
@@ -125,19 +161,11 @@ for k = 1, 35 do
 end
 table.insert(out, #chain / 2)
 for _, v in ipairs(chain) do table.insert(out, v) end
-local root = string.rep('\\0', 32)
 if ARGV[2] == '1' or not row or row.head == root then return out end
-local eid = row.head
-local n = row.n
-for k = 1, n + 1 do
-  local value = redis.call('HGET', entries, eid)
-  if not value then break end
-  table.insert(out, value)
-  if #value < 32 or string.sub(value, 1, 32) == root then break end
-  eid = string.sub(value, 1, 32)
-end
+for _, v in ipairs(history(entries, line, row.head, row.n)) do table.insert(out, v) end
 return out
 """
+)
 """A row, its fields' patch chain ((id, stored blob) pairs, the row's own first) and, unless ARGV[2]
 is '1', its history's entries from the head down (at most n + 1: a longer walk is a damaged link)."""
 
@@ -194,6 +222,9 @@ class Keys:
 
     def order(self, thread_id: str) -> str:
         return self.base + "o:" + thread_id
+
+    def line(self, thread_id: str) -> str:
+        return self.base + "m:" + thread_id
 
 
 @dataclass(frozen=True)
