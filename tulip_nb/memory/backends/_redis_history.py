@@ -586,14 +586,14 @@ class RedisHistory(HistoryStore):
         row = Row(thread_id, cid, write.created_at, orjson.loads(meta), chain.n)
         if self.project:
             new = _entry(row)
-            if view is not None:
+            if view is not None:  # the first save of this instance to the thread: all rows, records checked
                 rows = [_entry(x) for x in view.rows() if x.checkpoint_id != cid] + [new]
                 ours = view.ids | {cid}
-                missing = await self._missing_records(r, thread_id, rows)
             else:
                 rows = [e for e in index if e.checkpoint_id in shown] + [new]
-                ours, missing = shown | {cid}, set()
+                ours = shown | {cid}
             want = projection.wanted(rows, every=self.project == "every")
+            missing = await self._missing_records(r, thread_id, want) if view is not None else set()
             change = projection.changes(index, ours=ours, want=want, rewrite=missing | {cid})
             records: dict[str, bytes] = {}
             for c in change.write:
