@@ -253,3 +253,23 @@ async def test_loads_read_the_main_line_or_walk_and_agree(prefix: str, redis: An
         assert await cp.check_store() == []
     finally:
         await cp.close()
+
+
+async def test_a_damaged_latest_header_is_listed_reported_and_the_thread_stays_writable(
+    prefix: str, redis: Any
+) -> None:
+    cp = make(prefix)
+    try:
+        state = await grow(cp, "t", 2)
+        cid = await cp.latest_checkpoint_id("t")
+        await redis.hset(ns(prefix, "r:t"), cid, b"garbage")
+        with pytest.raises(CheckpointCorrupt, match="cannot be read"):
+            await cp.load("t")
+        infos = await cp.list_checkpoint_infos("t", None)
+        assert infos[0].checkpoint_id == cid and infos[0].metadata == {}
+        after = await cp.save(state, "t", metadata={"source": "final"})
+        got = await cp.load("t")
+        assert got is not None and got.messages == state.messages
+        assert (await cp.list_checkpoint_infos("t", 1))[0].checkpoint_id == after
+    finally:
+        await cp.close()

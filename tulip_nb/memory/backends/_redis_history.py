@@ -24,6 +24,7 @@ which also keeps tulip's own checkpoints (index entries naming no row: a tulip a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -496,20 +497,27 @@ class RedisHistory(HistoryStore):
         async def body(r: Any) -> tuple[Row, Queue]:
             done.clear()
             pipe = r.pipeline(transaction=False)
-            pipe.zrevrange(k.order(thread_id), 0, 1)
+            pipe.zrevrange(k.order(thread_id), 0, 1, withscores=True)
             pipe.get(self._tulip_key(index_key(thread_id)))
             top_raw, raw_index = await pipe.execute()
-            top = [c.decode() for c in top_raw]
+            top = [(c.decode(), s) for c, s in top_raw]
             index = self._index(thread_id, raw_index)
             pipe = r.pipeline(transaction=False)
-            pipe.hmget(k.rows(thread_id), top or ["\x00"])
+            pipe.hmget(k.rows(thread_id), [c for c, _ in top] or ["\x00"])
             pipe.zmscore(k.order(thread_id), [e.checkpoint_id for e in index] or ["\x00"])
             raw_heads, scores = await pipe.execute()
-            tops = {c: self._head(thread_id, c, raw) for c, raw in zip(top, raw_heads, strict=False) if raw is not None}
+            tops: dict[str, Head] = {}
+            for c, raw in zip([c for c, _ in top], raw_heads, strict=False):
+                with contextlib.suppress(ValueError, TypeError, KeyError):  # damaged: never patched against
+                    tops[c] = parse_head(c, raw)
+            # the latest row as a listing shows it: a damaged header has no metadata (its load reports
+            # it), and the thread stays writable
+            newest_row = self._row(thread_id, top[0][0], raw_heads[0], top[0][1]) if top and raw_heads[0] else None
             shown = {e.checkpoint_id for e, s in zip(index, scores, strict=False) if s is not None}
-            latest = self._latest_of(thread_id, tops, top, index, shown)
+            tulip = projection.newest_first([e for e in index if e.checkpoint_id not in shown])
+            latest = newest(newest_row.info if newest_row else None, _info(thread_id, tulip[0]) if tulip else None)
             write = plan(latest)
-            return await self._insert(r, thread_id, write, tops, top, index, shown, done)
+            return await self._insert(r, thread_id, write, tops, [c for c, _ in top], index, shown, done)
 
         row = await self._transact([self._tulip_key(index_key(thread_id))], body)
         if done:
@@ -517,21 +525,6 @@ class RedisHistory(HistoryStore):
         if self.project:
             self._checked.add(thread_id)
         return row
-
-    def _latest_of(
-        self, thread_id: str, tops: dict[str, Head], top: list[str], index: list[IndexEntry], shown: set[str]
-    ) -> CheckpointInfo | None:
-        ours = None
-        if top:
-            h = tops.get(top[0])
-            if h is not None:
-                try:
-                    meta = orjson.loads(h.meta)
-                except orjson.JSONDecodeError:
-                    meta = {}
-                ours = CheckpointInfo(h.cid, thread_id, h.created_at, meta if isinstance(meta, dict) else {})
-        tulip = projection.newest_first([e for e in index if e.checkpoint_id not in shown])
-        return newest(ours, _info(thread_id, tulip[0]) if tulip else None)
 
     async def _insert(
         self,
