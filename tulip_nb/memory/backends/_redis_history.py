@@ -65,7 +65,6 @@ from tulip_nb.memory.backends._kv import (
 from tulip_nb.memory.backends._redis_layout import (
     EPOCH,
     LOAD,
-    RECORD,
     RELEASE,
     ROOT,
     Head,
@@ -592,13 +591,9 @@ class RedisHistory(HistoryStore):
             for c in change.write:
                 if c != cid:
                     records[c] = await self._record_of(r, thread_id, c)
-                elif chain.n:  # built server side from the entries: the history crosses no wire
+                else:  # the messages' JSON is each message's cached bytes, joined once
                     pre, post = _record_parts(row, fields_bytes)
-                    key = self._tulip_key(record_key(thread_id, cid))
-                    head = chain.ids[chain.n - 1]
-                    queue.add("eval", RECORD, 3, k.entries, key, k.line(thread_id), head, chain.n, pre, post)
-                else:
-                    records[c] = b"".join(_record_parts(row, fields_bytes))
+                    records[c] = pre + b",".join(chain.data(i) for i in range(chain.n)) + post
             self._queue_ops(queue, projection.ops(thread_id, change, records, index))
         return row, queue
 

@@ -33,7 +33,6 @@ __all__ = [
     "EPOCH",
     "HEADER",
     "LOAD",
-    "RECORD",
     "RELEASE",
     "ROOT",
     "Head",
@@ -81,28 +80,6 @@ local function history(entries, line, eid, n)
   return out
 end
 """
-
-RECORD = (
-    _HISTORY
-    + """
-local values = history(KEYS[1], KEYS[3], ARGV[1], tonumber(ARGV[2]))
-local n = tonumber(ARGV[2])
-if #values ~= n then return 0 end
-local parts = {}
-for k = 1, n do
-  local value = values[n + 1 - k]
-  if #value < 32 then return 0 end
-  parts[k] = string.sub(value, 33)
-end
-if string.sub(values[n], 1, 32) ~= root then return 0 end
-redis.call('SET', KEYS[2], ARGV[3] .. table.concat(parts, ',') .. ARGV[4])
-return 1
-"""
-)
-"""tulip's record of a row, built server side (KEYS: entries, the record, the main line): ARGV[3] ..
-the messages of the history that ends at the entry ARGV[1] (ARGV[2] of them), joined by commas ..
-ARGV[4]. A history that does not hold exactly that many messages writes nothing (the projection is
-repaired later; loads report it)."""
 
 RELEASE = """
 local entries, refs = KEYS[1], KEYS[2]
