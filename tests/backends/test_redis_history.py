@@ -273,3 +273,44 @@ async def test_a_damaged_latest_header_is_listed_reported_and_the_thread_stays_w
         assert (await cp.list_checkpoint_infos("t", 1))[0].checkpoint_id == after
     finally:
         await cp.close()
+
+
+async def test_a_batch_load_reads_each_message_once_and_equals_single_loads(prefix: str, redis: Any) -> None:
+    from tulip_nb.memory.integrity import verify_thread
+
+    cp = make(prefix, sign=True)
+    try:
+        await grow(cp, "t", 4)
+        other = make(prefix)
+        try:
+            fork = await other.load("t")
+            assert fork is not None
+            fork.messages = [*fork.messages, Message.user("an older branch")]
+            await cp.copy_thread("t", "c")
+        finally:
+            await other.close()
+        ids = list(reversed(await cp.list_checkpoints("t", None)))
+        batch = await cp.load_checkpoints("t", [*ids, "nope"])
+        single = make(prefix)
+        try:
+            for cid, got in zip(ids, batch, strict=False):
+                one = await single.load_checkpoint("t", cid)
+                assert one is not None and not isinstance(got, Exception)
+                assert got.state.messages == one.state.messages and got.metadata == one.metadata
+        finally:
+            await single.close()
+        assert type(batch[-1]).__name__ == "CheckpointNotFound"
+        assert (await verify_thread(cp, "t")).ok and (await verify_thread(cp, "c")).counts().get("broken_chain", 0) == 0
+        # a changed entry fails the checkpoints that reach it, and only those
+        entries = await redis.hgetall(ns(prefix, "e"))
+        target = next(eid for eid, v in entries.items() if b"question 2" in v)
+        await redis.hset(ns(prefix, "e"), target, entries[target].replace(b"question 2", b"question 8"))
+        fresh = make(prefix)
+        try:
+            batch = await fresh.load_checkpoints("t", ids)
+        finally:
+            await fresh.close()
+        bad = [isinstance(b, CheckpointCorrupt) for b in batch]
+        assert bad == [False] * 6 + [True] * 6, bad
+    finally:
+        await cp.close()

@@ -143,6 +143,14 @@ def _record_parts(row: Row, fields_bytes: bytes) -> tuple[bytes, bytes]:
     return pre, post
 
 
+@dataclass(frozen=True)
+class _Known:
+    """A history a batch verified just before: its entry ids and messages, oldest first."""
+
+    ids: list[bytes]
+    messages: list[Message]
+
+
 def _put_heads(queue: Queue, key: str, heads: Mapping[str, Head]) -> None:
     """Queue the write of row headers (none: nothing)."""
     if heads:
@@ -351,6 +359,36 @@ class RedisHistory(HistoryStore):
                         return found
             return stored
 
+    async def load_many(
+        self, thread_id: str, checkpoint_ids: Sequence[str]
+    ) -> list[StoredCheckpoint | Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
+        """Several checkpoints of one thread, each verified as :meth:`load` does, each history read
+        only down to the head of the one loaded before it (a thread's checkpoints in order cost each
+        message once: ``verify_thread`` is linear). tulip's own checkpoints are read from their
+        records; a missing or corrupt one is its error in the list."""
+        out: list[StoredCheckpoint | Checkpoint | CheckpointCorrupt | CheckpointNotFound] = []
+        known: _Known | None = None
+        async with self.backend.errors(self.keys.rows(thread_id)):
+            r = await self.backend.reader()
+            for cid in checkpoint_ids:
+                stop, m = (known.ids[-1], len(known.ids)) if known is not None and known.ids else (b"", 0)
+                try:
+                    got = await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0", stop, m])
+                    stored = self._loaded(thread_id, cid, got, known)
+                    assert stored is not None
+                    known = _Known(stored.ids, stored.checkpoint.state.messages)
+                    out.append(stored)
+                except CheckpointNotFound as e:
+                    try:
+                        out.append(await self.load_foreign(thread_id, cid))
+                    except CheckpointNotFound:
+                        out.append(e)
+                    except CheckpointCorrupt as bad:
+                        out.append(bad)
+                except CheckpointCorrupt as e:
+                    out.append(e)
+        return out
+
     async def load_foreign(self, thread_id: str, checkpoint_id: str) -> Checkpoint:
         """One of tulip's own checkpoints of the thread (an index entry naming no row)."""
         async with self.backend.errors(self._tulip_key(index_key(thread_id))):
@@ -374,7 +412,9 @@ class RedisHistory(HistoryStore):
             e.checkpoint_id, thread_id, e.created_at, state, dict(meta if isinstance(meta, dict) else e.metadata)
         )
 
-    def _loaded(self, thread_id: str, checkpoint_id: str | None, got: list[Any]) -> StoredCheckpoint | None:
+    def _loaded(
+        self, thread_id: str, checkpoint_id: str | None, got: list[Any], known: _Known | None = None
+    ) -> StoredCheckpoint | None:
         if not got:
             if checkpoint_id is not None:
                 raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
@@ -387,7 +427,7 @@ class RedisHistory(HistoryStore):
         chain = [(got[3 + 2 * i].decode(), got[4 + 2 * i]) for i in range(k)]
         values = got[3 + 2 * k :]
         ctx: dict[str, Any] = {"thread_id": thread_id, "checkpoint_id": cid}
-        messages, ids = self._verified(h, values, ctx)
+        messages, ids = self._verified(h, values, ctx, known)
         when = h.created_at
         if h.digest_for(thread_id) != h.digest:
             raise CheckpointCorrupt("checkpoint row does not match its content digest", path=self.where, **ctx)
@@ -399,8 +439,11 @@ class RedisHistory(HistoryStore):
             raise CheckpointCorrupt(f"save metadata is not JSON: {e}", path=self.where, **ctx) from e
         return StoredCheckpoint(Checkpoint(cid, thread_id, when, state, meta), ids)
 
-    def _verified(self, h: Head, values: list[bytes], ctx: dict[str, Any]) -> tuple[list[Message], list[bytes]]:
-        """The messages and entry ids (oldest first) of a walk from the head, each entry checked.
+    def _verified(
+        self, h: Head, values: list[bytes], ctx: dict[str, Any], known: _Known | None = None
+    ) -> tuple[list[Message], list[bytes]]:
+        """The messages and entry ids (oldest first) of a walk from the head, each entry checked;
+        ``known``: a history verified just before, where the walk may stop (a batch).
 
         An entry this instance parsed before from the very same stored bytes reuses its message
         (messages are immutable); anything else is re-hashed against its id and parsed.
@@ -410,6 +453,9 @@ class RedisHistory(HistoryStore):
             if n:
                 raise CheckpointCorrupt(f"history has 0 messages, the checkpoint says {n}", path=where, **ctx)
             return [], []
+        stop = known.ids[-1] if known is not None and known.ids else None
+        if stop is not None and known is not None and h.head == stop and len(known.ids) == n:
+            return list(known.messages), list(known.ids)
         if not values:
             raise CheckpointCorrupt("the checkpoint's head entry is missing", path=where, **ctx)
         if len(values) > n:
@@ -435,9 +481,11 @@ class RedisHistory(HistoryStore):
                 fresh.append(i)
             ids.append(eid)
             eid = parent
-            if eid is None:
+            if eid is None or eid == stop:
                 break
-        if len(ids) != n or eid is not None:
+        if eid is not None and eid == stop and known is not None and len(ids) + len(known.ids) == n:
+            pass  # the rest is the history verified just before
+        elif len(ids) != n or eid is not None:
             got = f"more than {n}" if eid is not None and len(ids) >= n else str(len(ids))
             raise CheckpointCorrupt(f"history has {got} messages, the checkpoint says {n}", path=where, **ctx)
         if fresh:
@@ -453,7 +501,10 @@ class RedisHistory(HistoryStore):
                 cache.popitem(last=False)
         ids.reverse()
         out.reverse()
-        return [m for m in out if m is not None], ids
+        new = [m for m in out if m is not None]
+        if len(ids) < n and known is not None:
+            return [*known.messages, *new], [*known.ids, *ids]
+        return new, ids
 
     def _rebuild(
         self, chain: list[tuple[str, bytes | None]], want: bytes, ctx: dict[str, Any]

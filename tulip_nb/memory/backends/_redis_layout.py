@@ -52,25 +52,30 @@ the save metadata's JSON (the Lua scripts read the head, the count and the base 
 
 _HISTORY = """
 local root = string.rep('\\0', 32)
--- the entries' values of the history that ends at entry eid (n of them), head first: from the
--- thread's main line (a list of entry ids) when it holds that history, else by the parent links
--- (n + 1 at most: a longer walk is a damaged link); what is missing is left out
-local function history(entries, line, eid, n)
+-- the entries' values of the history that ends at entry eid (n of them), head first, down to (not
+-- including) entry stop, the m-th message, when it is on that history (a batch loads each message
+-- once); from the thread's main line (a list of entry ids) when it holds that history, else by the
+-- parent links (n + 1 at most: a longer walk is a damaged link); what is missing is left out
+local function history(entries, line, eid, n, stop, m)
   local out = {}
   if n > 0 and redis.call('LINDEX', line, n - 1) == eid then
-    local ids = redis.call('LRANGE', line, 0, n - 1)
+    local from = 1
+    if stop ~= '' and m > 0 and m <= n and redis.call('LINDEX', line, m - 1) == stop then from = m + 1 end
+    if from > n then return out end
+    local ids = redis.call('LRANGE', line, from - 1, n - 1)
     local values = {}
-    for i = 1, n, 1000 do
-      local got = redis.call('HMGET', entries, unpack(ids, i, math.min(i + 999, n)))
+    for i = 1, #ids, 1000 do
+      local got = redis.call('HMGET', entries, unpack(ids, i, math.min(i + 999, #ids)))
       for j = 1, #got do values[i + j - 1] = got[j] end
     end
-    for k = n, 1, -1 do
+    for k = #ids, 1, -1 do
       if not values[k] then return out end
       table.insert(out, values[k])
     end
     return out
   end
   for k = 1, n + 1 do
+    if eid == stop then break end
     local value = redis.call('HGET', entries, eid)
     if not value then break end
     table.insert(out, value)
@@ -139,7 +144,9 @@ end
 table.insert(out, #chain / 2)
 for _, v in ipairs(chain) do table.insert(out, v) end
 if ARGV[2] == '1' or not row or row.head == root then return out end
-for _, v in ipairs(history(entries, line, row.head, row.n)) do table.insert(out, v) end
+for _, v in ipairs(history(entries, line, row.head, row.n, ARGV[3] or '', tonumber(ARGV[4] or '0'))) do
+  table.insert(out, v)
+end
 return out
 """
 )

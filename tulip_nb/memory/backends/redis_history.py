@@ -21,9 +21,10 @@ RedisHistoryCheckpointer(url='redis://127.0.0.1:6379/15', prefix='docs:', layout
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from tulip_nb.core.errors import CheckpointNotFound, UserError
+from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, UserError
 from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory.backends._base import InTreeCheckpointer
 from tulip_nb.memory.backends._history_common import (
@@ -144,6 +145,15 @@ class RedisHistoryCheckpointer(InTreeCheckpointer):
         except CheckpointNotFound:
             return await self.store.load_foreign(thread_id, cid)  # one of tulip's own, or NotFound
 
+    async def load_checkpoints(
+        self, thread_id: str, checkpoint_ids: Sequence[str]
+    ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
+        """Several checkpoints in the order asked, each message read and checked once for the batch."""
+        validate_thread_id(thread_id)
+        cids = [validate_checkpoint_id(c, thread_id) for c in checkpoint_ids]
+        got = await self.store.load_many(thread_id, cids)
+        return [g.checkpoint if isinstance(g, StoredCheckpoint) else g for g in got]
+
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         validate_thread_id(thread_id)
         return await self.store.infos(thread_id, limit)
@@ -185,8 +195,6 @@ class RedisHistoryCheckpointer(InTreeCheckpointer):
         elif not tulip:
             raise CheckpointNotFound("source thread has no checkpoints", thread_id=source_thread_id)
         elif await self.store.infos(dest_thread_id, 1):
-            from tulip_nb.core.errors import CheckpointConflict
-
             raise CheckpointConflict(
                 "destination thread already has checkpoints; delete it first", thread_id=dest_thread_id
             )
