@@ -9,13 +9,16 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from tests.conftest import require_service
 from tulip_nb.core import AgentState, CheckpointCorrupt, Message, UserError
 from tulip_nb.memory.backends._kv import decode_record
 from tulip_nb.memory.backends.redis import HISTORY_NAMESPACE
+from tulip_nb.testing import MessySpec, abuild_messy_thread, messy_specs
 
 from .factories.kv import REDIS_URL, drop_redis_prefix
+from .test_load_many import _check_equal as check_equal
 
 
 @pytest.fixture
@@ -314,3 +317,21 @@ async def test_a_batch_load_reads_each_message_once_and_equals_single_loads(pref
         assert bad == [False] * 6 + [True] * 6, bad
     finally:
         await cp.close()
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=messy_specs(min_turns=4, max_turns=12, max_forks=2))
+async def test_batch_equals_one_by_one_on_messy_threads(spec: MessySpec) -> None:
+    """Failed turns, tulip turns, forks that change the prompt: a batch load equals single loads."""
+    require_service("redis", "127.0.0.1", 6379)
+    name = f"tnbrh:{uuid.uuid4().hex[:12]}:"
+    cp = make(name)
+    try:
+        mt = await abuild_messy_thread(cp, "messy", spec)
+        assert await check_equal(cp, "messy") > 0
+        for fork in mt.forks:
+            await check_equal(cp, fork.thread_id)
+        assert await cp.check_store() == []
+    finally:
+        await cp.close()
+        await drop_redis_prefix(name)
