@@ -62,8 +62,14 @@ async def run(url: str, work: Research) -> None:
         t0 = time.perf_counter()
         got = await fresh.load(THREAD)
         load = time.perf_counter() - t0
+        from tulip_nb.memory.integrity import verify_thread
+
+        t0 = time.perf_counter()
+        report = await verify_thread(fresh, THREAD)
+        verify = time.perf_counter() - t0
         await fresh.close()
         assert got is not None and len(got.messages) == len(work.messages)
+        assert report.ok, str(report)
     finally:
         keys = [k async for k in client.scan_iter(match=prefix + "*", count=1000)]
         if keys:
@@ -92,6 +98,7 @@ async def run(url: str, work: Research) -> None:
         f" {mem300['tulip'] / 1e6:.2f} MB; messages' JSON {work.json_bytes / 1e6:.2f} MB"
     )
     print(f"load latest ({len(got.messages):,} messages) from a fresh instance: {load * 1e3:.1f} ms")
+    print(f"verify_thread (every checkpoint loaded and checked, one batch): {verify:.2f} s")
 
 
 if __name__ == "__main__":
