@@ -335,3 +335,24 @@ async def test_batch_equals_one_by_one_on_messy_threads(spec: MessySpec) -> None
     finally:
         await cp.close()
         await drop_redis_prefix(name)
+
+
+async def test_a_damaged_row_is_not_shown_to_tulip_and_never_blocks_a_write(prefix: str, redis: Any) -> None:
+    cp = make(prefix)
+    try:
+        state = await grow(cp, "t", 2)
+        end = await cp.latest_checkpoint_id("t")
+        await redis.hset(ns(prefix, "f:t"), end, b"damaged")
+        await redis.delete(f"{prefix}t:{end}")  # its projection must be written again, and cannot be
+        fresh = make(prefix)
+        try:
+            with pytest.raises(CheckpointCorrupt):
+                await fresh.load("t")
+            saved = await fresh.save(state, "t", metadata={"source": "iteration"})
+            assert await redis.exists(f"{prefix}t:{end}") == 0
+            assert await fresh.prune("t", keep_last=3) >= 1
+            assert saved in await fresh.list_checkpoints("t", None)
+        finally:
+            await fresh.close()
+    finally:
+        await cp.close()

@@ -641,7 +641,8 @@ class RedisHistory(HistoryStore):
             records: dict[str, bytes] = {}
             for c in change.write:
                 if c != cid:
-                    records[c] = await self._record_of(r, thread_id, c)
+                    if (record := await self._stored_record(r, thread_id, c)) is not None:
+                        records[c] = record
                 else:  # the messages' JSON is each message's cached bytes, joined once
                     pre, post = _record_parts(row, fields_bytes)
                     records[c] = pre + b",".join(chain.data(i) for i in range(chain.n)) + post
@@ -657,13 +658,20 @@ class RedisHistory(HistoryStore):
             pipe.exists(self._tulip_key(record_key(thread_id, e.checkpoint_id)))
         return {e.checkpoint_id for e, n in zip(rows, await pipe.execute(), strict=True) if not n}
 
-    async def _record_of(self, r: Any, thread_id: str, cid: str) -> bytes:
-        got = await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"])
-        stored = self._loaded(thread_id, cid, got)
+    async def _stored_record(
+        self, r: Any, thread_id: str, cid: str, metadata: dict[str, Any] | None = None
+    ) -> bytes | None:
+        """tulip's record of a stored row (with ``metadata`` instead of its own when given), or
+        None when the row cannot be loaded: a damaged row is not shown to tulip, and never stops
+        the write that projects it (its loads and verify report it)."""
+        try:
+            stored = self._loaded(thread_id, cid, await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"]))
+        except (CheckpointCorrupt, CheckpointNotFound):
+            return None
         assert stored is not None
         ck = stored.checkpoint
-        data = b"".join(state_json_parts(ck.state))
-        return encode_record(data, cid, ck.created_at, dict(ck.metadata))
+        meta = dict(ck.metadata) if metadata is None else metadata
+        return encode_record(b"".join(state_json_parts(ck.state)), cid, ck.created_at, meta)
 
     def _queue_ops(self, queue: Queue, ops: Sequence[Op]) -> None:
         p = self._tulip_key
@@ -866,7 +874,9 @@ class RedisHistory(HistoryStore):
                     rewrite=await self._missing_records(r, thread_id, want),
                 )
                 for c in pc.write:
-                    records[c] = await self._record_of_changed(r, thread_id, c, changed.get(c))
+                    given = orjson.loads(changed[c].meta) if c in changed else None
+                    if (record := await self._stored_record(r, thread_id, c, given)) is not None:
+                        records[c] = record
                 self._queue_ops(queue, projection.ops(thread_id, pc, records, view.index))
             return gone + len(dropped_tulip), queue
 
@@ -874,15 +884,6 @@ class RedisHistory(HistoryStore):
         if self.project:
             self._checked.add(thread_id)
         return gone
-
-    async def _record_of_changed(self, r: Any, thread_id: str, cid: str, h: Head | None) -> bytes:
-        """tulip's record of a stored row, with the save metadata this transaction gives it."""
-        got = await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"])
-        stored = self._loaded(thread_id, cid, got)
-        assert stored is not None
-        ck = stored.checkpoint
-        meta = orjson.loads(h.meta) if h is not None else dict(ck.metadata)
-        return encode_record(b"".join(state_json_parts(ck.state)), cid, ck.created_at, meta)
 
     async def delete_thread(self, thread_id: str) -> int:
         """Remove every row of the thread and every checkpoint tulip lists for it; how many went."""
@@ -955,12 +956,10 @@ class RedisHistory(HistoryStore):
                 want = projection.wanted([_entry(x) for x in rows], every=self.project == "every")
                 pc = projection.changes([], ours=set(heads), want=want)
                 records = {}
-                for c in pc.write:
-                    got = self._loaded(source, c, await self._eval(r, LOAD, self._load_keys(source), [c, "0"]))
-                    assert got is not None
+                for c in pc.write:  # the source's state, with the copy's metadata
                     row = next(x for x in rows if x.checkpoint_id == c)
-                    state_bytes = b"".join(state_json_parts(got.checkpoint.state))
-                    records[c] = encode_record(state_bytes, c, row.created_at, dict(row.metadata))
+                    if (record := await self._stored_record(r, source, c, dict(row.metadata))) is not None:
+                        records[c] = record
                 self._queue_ops(queue, projection.ops(dest, pc, records, []))
             return len(heads), queue
 
