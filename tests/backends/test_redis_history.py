@@ -185,6 +185,10 @@ async def test_the_default_projection_is_the_latest_turn_end(prefix: str, redis:
         assert envelope["_metadata"] == ours.metadata and record == await redis.get(f"{prefix}t:latest")
         tulip_keys = {k.decode() async for k in redis.scan_iter(match=prefix + "t:*")}
         assert tulip_keys == {f"{prefix}t:{ends[0]}", f"{prefix}t:latest", f"{prefix}t:_checkpoints"}
+        assert await cp.check_mirror("t") == []
+        await redis.set(f"{prefix}t:latest", b"{}")
+        assert await cp.check_mirror("t") == [f"{ends[0]}: tulip's :latest is not the newest record"]
+        await redis.set(f"{prefix}t:latest", record)
         # dropping that turn end projects the one before it, in the same transaction
         assert await cp.delete("t", ends[0]) is True
         latest = orjson.loads(await redis.get(f"{prefix}t:latest"))
@@ -215,6 +219,7 @@ async def test_layout_tulip_projects_every_checkpoint_and_prune_keeps_it_in_step
         kept = await cp.list_checkpoints("t", None)
         index = orjson.loads(await redis.get(f"{prefix}t:_checkpoints"))
         assert [e["checkpoint_id"] for e in index["checkpoints"]] == kept
+        assert await cp.check_mirror("t") == []
         for cid in kept:  # each record re-linked with the history's metadata
             record = orjson.loads(await redis.get(f"{prefix}t:{cid}"))
             got = await cp.load_checkpoint("t", cid)

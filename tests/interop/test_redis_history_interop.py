@@ -138,6 +138,7 @@ async def test_tulip_resumes_our_thread_and_we_continue_after_tulip(prefix: str,
             assert set(await index_ids(prefix)) == {fifth.checkpoint_id, *tulip_ids}
             assert f"{THREAD}:{end}" not in await tulip_keys(prefix)
             assert (await verify_thread(fresh, THREAD)).counts().get("broken_chain", 0) == 0
+            assert await fresh.check_mirror(THREAD) == []
             again = await theirs.load(THREAD)
             assert again is not None and again.messages[-1].content == "five"
 

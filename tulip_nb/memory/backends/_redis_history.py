@@ -966,6 +966,60 @@ class RedisHistory(HistoryStore):
         return await self._transact([self._tulip_key(index_key(dest)), self._tulip_key(index_key(source))], body)
 
     # -- checks -------------------------------------------------------------------------------
+    async def check_projection(self, thread_id: str) -> list[str]:
+        """Problems with tulip's keys of the thread ([]: tulip reads what it is shown right).
+
+        Each projected checkpoint (the latest turn end; every row with ``project="every"``) must be
+        in the index with its ``created_at`` and save metadata, and its record must hold exactly its
+        state; no other row may be shown; ``:latest`` must be the newest entry's record.
+        """
+        if not self.project:
+            return []
+        async with self.backend.errors(self.keys.rows(thread_id)):
+            r = await self.backend.reader()
+            view = await self._view(r, thread_id)
+            want = projection.wanted([_entry(x) for x in view.rows()], every=self.project == "every")
+            shown = {e.checkpoint_id: e for e in view.index if e.checkpoint_id in view.ids}
+            wanted = {e.checkpoint_id for e in want}
+            problems = [f"{c}: shown to tulip, but not a projected checkpoint" for c in shown if c not in wanted]
+            for e in want:
+                problems += await self._check_record(r, thread_id, e, shown.get(e.checkpoint_id))
+            if view.index:
+                key = self._tulip_key(record_key(thread_id, view.index[0].checkpoint_id))
+                pipe = r.pipeline(transaction=False)
+                pipe.get(key)
+                pipe.get(self._tulip_key(thread_id + ":latest"))
+                newest_record, latest = await pipe.execute()
+                if latest != newest_record:
+                    problems.append(f"{view.index[0].checkpoint_id}: tulip's :latest is not the newest record")
+            return problems
+
+    async def _check_record(self, r: Any, thread_id: str, e: IndexEntry, shown: IndexEntry | None) -> list[str]:
+        cid = e.checkpoint_id
+        if shown is None:
+            return [f"{cid}: not in tulip's index"]
+        if shown != e:
+            return [f"{cid}: tulip's index entry differs from the history (created_at or save metadata)"]
+        raw = await r.get(self._tulip_key(record_key(thread_id, cid)))
+        if raw is None:
+            return [f"{cid}: tulip's record is missing"]
+        try:
+            stored = self._loaded(thread_id, cid, await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"]))
+        except CheckpointCorrupt:
+            return []  # the row itself is damaged: its load and verify say so
+        assert stored is not None
+        ours = stored.checkpoint
+        try:
+            state, env = decode_record(raw, where=self.where, thread_id=thread_id)
+        except CheckpointCorrupt as err:
+            return [f"{cid}: tulip's record cannot be read: {err}"]
+        problems = []
+        if orjson.loads(state.to_json_bytes()) != orjson.loads(ours.state.to_json_bytes()):
+            problems.append(f"{cid}: tulip's record differs from the history (state)")
+        if env.get("_metadata") != ours.metadata:
+            problems.append(f"{cid}: tulip's record differs from the history (save metadata)")
+        return problems
+
     async def integrity(self) -> list[str]:
         """The entries' reference counts and every head and parent present; [] when all is well."""
         k = self.keys

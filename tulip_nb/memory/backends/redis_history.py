@@ -221,6 +221,12 @@ class RedisHistoryCheckpointer(InTreeCheckpointer):
         choose = older_than(older_than_days)
         return sum([await self._rewrite(tid, choose) for tid in await self._thread_ids()])
 
+    async def check_mirror(self, thread_id: str) -> list[str]:
+        """Problems with tulip's keys of the thread, the projection ([]: none); ``tulip-nb verify``
+        runs it."""
+        validate_thread_id(thread_id)
+        return await self.store.check_projection(thread_id)
+
     async def check_store(self) -> list[str]:
         """The entries' reference counts, every head and parent present ([] when all is well)."""
         return await self.store.integrity()
