@@ -33,7 +33,6 @@ from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
 import orjson
-from pydantic import ValidationError
 
 from tulip_nb.core import iso_offset
 from tulip_nb.core.errors import (
@@ -43,8 +42,7 @@ from tulip_nb.core.errors import (
     CheckpointNotFound,
     TulipNBError,
 )
-from tulip_nb.core.fastload import gc_paused, messages_from_json
-from tulip_nb.core.messages import Message
+from tulip_nb.core.fastload import gc_paused
 from tulip_nb.core.state import MessageBlobCache, state_json_parts
 from tulip_nb.memory._pools import PerLoop
 from tulip_nb.memory.backends import _kv_projection as projection
@@ -74,6 +72,7 @@ from tulip_nb.memory.backends._redis_layout import (
     micros,
     parse_head,
 )
+from tulip_nb.memory.backends._redis_verify import Blobs, Known, Verifier
 from tulip_nb.memory.backends.redis import HISTORY_NAMESPACE, RedisBackend
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 from tulip_nb.memory.history import (
@@ -84,12 +83,10 @@ from tulip_nb.memory.history import (
     RowWrite,
     SavePlanFn,
     StoredCheckpoint,
-    entry_id,
     fields_hash,
     row_digest,
-    state_with,
 )
-from tulip_nb.memory.rest_delta import MAX_DEPTH, Parts, PatchError, decode, encode, pack, parts_of_json
+from tulip_nb.memory.rest_delta import Parts, encode, pack, parts_of_json
 
 try:
     from redis.exceptions import WatchError
@@ -101,10 +98,7 @@ __all__ = ["RedisHistory"]
 T = TypeVar("T")
 _MAX_RETRIES = 1000
 _CACHED_THREADS = 64
-_CACHED_MESSAGES = 16_384
 Projection = Literal["latest", "every"]
-Blobs = tuple[tuple[str, bytes], ...]
-"""(checkpoint id, stored fields blob) of the rows from a snapshot to a patch, snapshot first."""
 
 
 @dataclass
@@ -143,14 +137,6 @@ def _record_parts(row: Row, fields_bytes: bytes) -> tuple[bytes, bytes]:
     return pre, post
 
 
-@dataclass(frozen=True)
-class _Known:
-    """A history a batch verified just before: its entry ids and messages, oldest first."""
-
-    ids: list[bytes]
-    messages: list[Message]
-
-
 def _put_heads(queue: Queue, key: str, heads: Mapping[str, Head]) -> None:
     """Queue the write of row headers (none: nothing)."""
     if heads:
@@ -182,7 +168,7 @@ class RedisHistory(HistoryStore):
         self.project = project
         self.keys = Keys(backend.prefix + HISTORY_NAMESPACE)
         self.where = f"redis {backend.url} prefix {backend.prefix!r}"
-        self._messages: OrderedDict[bytes, tuple[bytes, Message]] = OrderedDict()
+        self._verify = Verifier(self.where)
         # thread -> (checkpoint id, fields hash, parts, depth, chain, ((id, blob), ...)) of its newest save
         self._fields: OrderedDict[str, tuple[str, bytes, Parts, int, int, Blobs]] = OrderedDict()
         self._checked: set[str] = set()
@@ -233,19 +219,15 @@ class RedisHistory(HistoryStore):
     async def _eval(self, r: Any, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return await r.eval(script, len(keys), *keys, *args)
 
+    async def _load_row(self, r: Any, thread_id: str, cid: str) -> StoredCheckpoint | None:
+        """One row, verified, read by ``r`` (inside a transaction: what its WATCH guards)."""
+        return self._verify.loaded(thread_id, cid, await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"]))
+
     def _load_keys(self, thread_id: str) -> list[str]:
         k = self.keys
         return [k.rows(thread_id), k.rests(thread_id), k.order(thread_id), k.entries, k.line(thread_id)]
 
     # -- reading rows -------------------------------------------------------------------------
-    def _head(self, thread_id: str, cid: str, raw: bytes) -> Head:
-        try:
-            return parse_head(cid, raw)
-        except (ValueError, TypeError, KeyError) as e:
-            raise CheckpointCorrupt(
-                f"checkpoint row cannot be read: {e}", path=self.where, thread_id=thread_id, checkpoint_id=cid
-            ) from e
-
     def _row(self, thread_id: str, cid: str, raw: bytes, score: float | None) -> Row:
         """A listing's row: a damaged header is listed with no metadata (its load reports it)."""
         try:
@@ -337,7 +319,7 @@ class RedisHistory(HistoryStore):
         async with self.backend.errors(self.keys.rows(thread_id)):
             r = await self.backend.reader()
             got = await self._eval(r, LOAD, self._load_keys(thread_id), [checkpoint_id or "", "0"])
-            return self._loaded(thread_id, checkpoint_id, got)
+            return self._verify.loaded(thread_id, checkpoint_id, got)
 
     async def load_latest(self, thread_id: str) -> Checkpoint | StoredCheckpoint | None:
         """The thread's latest: its newest row, or a newer checkpoint of tulip's own (its record)."""
@@ -348,7 +330,7 @@ class RedisHistory(HistoryStore):
             pipe.eval(LOAD, 5, *self._load_keys(thread_id), "", "0")
             raw_index, got = await pipe.execute()
             index = self._index(thread_id, raw_index)
-            stored = self._loaded(thread_id, None, got) if got else None  # corrupt: raises
+            stored = self._verify.loaded(thread_id, None, got) if got else None  # corrupt: raises
             ours = stored.checkpoint.info if stored is not None else None
             newer = [e for e in index if ours is None or newest(ours, _info(thread_id, e)) is not ours]
             if newer:
@@ -367,16 +349,16 @@ class RedisHistory(HistoryStore):
         message once: ``verify_thread`` is linear). tulip's own checkpoints are read from their
         records; a missing or corrupt one is its error in the list."""
         out: list[StoredCheckpoint | Checkpoint | CheckpointCorrupt | CheckpointNotFound] = []
-        known: _Known | None = None
+        known: Known | None = None
         async with self.backend.errors(self.keys.rows(thread_id)):
             r = await self.backend.reader()
             for cid in checkpoint_ids:
                 stop, m = (known.ids[-1], len(known.ids)) if known is not None and known.ids else (b"", 0)
                 try:
                     got = await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0", stop, m])
-                    stored = self._loaded(thread_id, cid, got, known)
+                    stored = self._verify.loaded(thread_id, cid, got, known)
                     assert stored is not None
-                    known = _Known(stored.ids, stored.checkpoint.state.messages)
+                    known = Known(stored.ids, stored.checkpoint.state.messages)
                     out.append(stored)
                 except CheckpointNotFound as e:
                     try:
@@ -412,130 +394,13 @@ class RedisHistory(HistoryStore):
             e.checkpoint_id, thread_id, e.created_at, state, dict(meta if isinstance(meta, dict) else e.metadata)
         )
 
-    def _loaded(
-        self, thread_id: str, checkpoint_id: str | None, got: list[Any], known: _Known | None = None
-    ) -> StoredCheckpoint | None:
-        if not got:
-            if checkpoint_id is not None:
-                raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
-            return None
-        cid = got[0].decode()
-        if len(got) == 1:
-            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=cid)
-        h = self._head(thread_id, cid, got[1])
-        k = int(got[2])
-        chain = [(got[3 + 2 * i].decode(), got[4 + 2 * i]) for i in range(k)]
-        values = got[3 + 2 * k :]
-        ctx: dict[str, Any] = {"thread_id": thread_id, "checkpoint_id": cid}
-        messages, ids = self._verified(h, values, ctx, known)
-        when = h.created_at
-        if h.digest_for(thread_id) != h.digest:
-            raise CheckpointCorrupt("checkpoint row does not match its content digest", path=self.where, **ctx)
-        fields = self._rebuild(chain, h.fields, ctx)[0]
-        state = state_with(fields, messages, where=self.where, thread_id=thread_id)
-        try:
-            meta = orjson.loads(h.meta)
-        except orjson.JSONDecodeError as e:
-            raise CheckpointCorrupt(f"save metadata is not JSON: {e}", path=self.where, **ctx) from e
-        return StoredCheckpoint(Checkpoint(cid, thread_id, when, state, meta), ids)
-
-    def _verified(
-        self, h: Head, values: list[bytes], ctx: dict[str, Any], known: _Known | None = None
-    ) -> tuple[list[Message], list[bytes]]:
-        """The messages and entry ids (oldest first) of a walk from the head, each entry checked;
-        ``known``: a history verified just before, where the walk may stop (a batch).
-
-        An entry this instance parsed before from the very same stored bytes reuses its message
-        (messages are immutable); anything else is re-hashed against its id and parsed.
-        """
-        n, where = h.n, self.where
-        if h.head is None:
-            if n:
-                raise CheckpointCorrupt(f"history has 0 messages, the checkpoint says {n}", path=where, **ctx)
-            return [], []
-        stop = known.ids[-1] if known is not None and known.ids else None
-        if stop is not None and known is not None and h.head == stop and len(known.ids) == n:
-            return list(known.messages), list(known.ids)
-        if not values:
-            raise CheckpointCorrupt("the checkpoint's head entry is missing", path=where, **ctx)
-        if len(values) > n:
-            raise CheckpointCorrupt(f"history has more than {n} messages, the checkpoint says {n}", path=where, **ctx)
-        cache = self._messages
-        ids: list[bytes] = []
-        out: list[Message | None] = []
-        fresh: list[int] = []
-        eid: bytes | None = h.head
-        for i, value in enumerate(values):
-            assert eid is not None
-            parent_raw, data = value[:32], value[32:]
-            parent = None if parent_raw == ROOT else parent_raw
-            hit = cache.get(eid)
-            if hit is not None and hit[0] == value:
-                out.append(hit[1])
-            else:
-                if len(value) < 32 or entry_id(parent, data) != eid:
-                    raise CheckpointCorrupt(
-                        f"message {n - 1 - i} no longer matches its entry id (stored bytes changed)", path=where, **ctx
-                    )
-                out.append(None)
-                fresh.append(i)
-            ids.append(eid)
-            eid = parent
-            if eid is None or eid == stop:
-                break
-        if eid is not None and eid == stop and known is not None and len(ids) + len(known.ids) == n:
-            pass  # the rest is the history verified just before
-        elif len(ids) != n or eid is not None:
-            got = f"more than {n}" if eid is not None and len(ids) >= n else str(len(ids))
-            raise CheckpointCorrupt(f"history has {got} messages, the checkpoint says {n}", path=where, **ctx)
-        if fresh:
-            with gc_paused():
-                try:
-                    parsed = messages_from_json(orjson.loads(b"[" + b",".join(values[i][32:] for i in fresh) + b"]"))
-                except (orjson.JSONDecodeError, ValidationError) as e:
-                    raise CheckpointCorrupt(f"stored messages cannot be read: {e}", path=where, **ctx) from e
-            for i, message in zip(fresh, parsed, strict=True):
-                out[i] = message
-                cache[ids[i]] = (values[i], message)
-            while len(cache) > _CACHED_MESSAGES:
-                cache.popitem(last=False)
-        ids.reverse()
-        out.reverse()
-        new = [m for m in out if m is not None]
-        if len(ids) < n and known is not None:
-            return [*known.messages, *new], [*known.ids, *ids]
-        return new, ids
-
-    def _rebuild(
-        self, chain: list[tuple[str, bytes | None]], want: bytes, ctx: dict[str, Any]
-    ) -> tuple[dict[str, Any], Blobs]:
-        """A row's whole fields from its patch chain (its own blob first), checked by hash; and the
-        chain as (id, blob), snapshot first."""
-        where = self.where
-        blobs: list[tuple[str, bytes]] = []
-        for cid, blob in chain:
-            if blob is None:
-                raise CheckpointCorrupt(f"the row's fields patch missing checkpoint {cid}", path=where, **ctx)
-            blobs.append((cid, blob))
-        if len(blobs) > MAX_DEPTH + 1:
-            raise CheckpointCorrupt("the row's fields patch a chain with no snapshot", path=where, **ctx)
-        try:
-            fields = decode(blobs[-1][1], None)
-            for _, patch in reversed(blobs[:-1]):
-                fields = decode(patch, fields)
-        except PatchError as e:
-            raise CheckpointCorrupt(str(e), path=where, **ctx) from e
-        if fields_hash(orjson.dumps(fields)) != want:
-            raise CheckpointCorrupt("the row's state fields do not match their hash", path=where, **ctx)
-        return fields, tuple(reversed(blobs))
-
     async def _fields_of(self, r: Any, thread_id: str, h: Head) -> tuple[dict[str, Any], Blobs]:
         got = await self._eval(r, LOAD, self._load_keys(thread_id), [h.cid, "1"])
         if len(got) < 3:
             raise CheckpointCorrupt("the row is gone", path=self.where, thread_id=thread_id, checkpoint_id=h.cid)
         k = int(got[2])
         chain = [(got[3 + 2 * i].decode(), got[4 + 2 * i]) for i in range(k)]
-        return self._rebuild(chain, h.fields, {"thread_id": thread_id, "checkpoint_id": h.cid})
+        return self._verify.fields(chain, h.fields, {"thread_id": thread_id, "checkpoint_id": h.cid})
 
     # -- save ---------------------------------------------------------------------------------
     async def save(self, thread_id: str, plan: SavePlanFn) -> Row:
@@ -665,7 +530,9 @@ class RedisHistory(HistoryStore):
         None when the row cannot be loaded: a damaged row is not shown to tulip, and never stops
         the write that projects it (its loads and verify report it)."""
         try:
-            stored = self._loaded(thread_id, cid, await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"]))
+            stored = self._verify.loaded(
+                thread_id, cid, await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"])
+            )
         except (CheckpointCorrupt, CheckpointNotFound):
             return None
         assert stored is not None
@@ -1004,7 +871,9 @@ class RedisHistory(HistoryStore):
         if raw is None:
             return [f"{cid}: tulip's record is missing"]
         try:
-            stored = self._loaded(thread_id, cid, await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"]))
+            stored = self._verify.loaded(
+                thread_id, cid, await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"])
+            )
         except CheckpointCorrupt:
             return []  # the row itself is damaged: its load and verify say so
         assert stored is not None
@@ -1038,7 +907,7 @@ class RedisHistory(HistoryStore):
                     want[parent] += 1
             for tid in await self.threads():
                 for c, raw in (await r.hgetall(k.rows(tid))).items():
-                    h = self._head(tid, c.decode(), raw)
+                    h = self._verify.head(tid, c.decode(), raw)
                     if h.head is None:
                         continue
                     if h.head not in want:
