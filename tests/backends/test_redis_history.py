@@ -87,6 +87,12 @@ async def test_storage_grows_with_the_messages_not_the_saves(prefix: str, redis:
     assert used < 3 * messages_json, (used, messages_json)
     tulip = [f"{prefix}long:latest", f"{prefix}long:_checkpoints"]
     assert await redis.exists(*tulip) == 2  # and tulip's keys: one record, latest, the index
+    raw = make(prefix)
+    try:  # the raw backend's listings show tulip's keys only, never the history's namespace
+        end = await raw.latest_checkpoint_id("long")
+        assert sorted(await raw.backend.list_threads()) == sorted(["long:latest", "long:_checkpoints", f"long:{end}"])
+    finally:
+        await raw.close()
 
 
 async def test_a_copy_writes_no_entry_and_a_delete_collects_only_unshared_ones(prefix: str, redis: Any) -> None:
