@@ -6,10 +6,13 @@ not checkpointers. The adapter turns the agent's ``save(state, thread_id)`` into
 per thread (see :mod:`tulip_nb.memory.backends._kv`), so a tulip agent and tulip_nb read each
 other's threads on the same server. Build one with a factory::
 
-    from tulip_nb.memory.backends import redis_checkpointer
-    cp = redis_checkpointer(url="redis://localhost:6379/0", ttl_seconds=86_400)
+    from tulip_nb.memory.backends import postgresql_checkpointer
+    cp = postgresql_checkpointer(dsn="postgresql://app@db/prod", table_name="checkpoints")
     cid = await cp.save(state, "ticket-42")
     state = await cp.load("ticket-42")
+
+(``redis_checkpointer`` returns the history model on Redis, :mod:`.redis_history`, with tulip's
+keys as its projection; this adapter with ``layout="kv"``, or with ``ttl_seconds``.)
 
 It wraps *any* object with async ``save(thread_id, data)`` / ``load(thread_id)`` /
 ``delete(thread_id)`` / ``exists(thread_id)`` too (your own key-value class, a tulip storage

@@ -29,6 +29,10 @@ Use it through the factory::
 
     from tulip_nb.memory.backends import redis_checkpointer
     cp = redis_checkpointer(url="redis://localhost:6379/0", ttl_seconds=86_400)
+
+With a TTL (or ``layout="kv"``) that is a checkpointer in tulip's layout over this backend; by
+default ``redis_checkpointer`` keeps threads in the history model (:mod:`.redis_history`), under
+``<prefix>\\x00h:`` (:data:`HISTORY_NAMESPACE`), with these keys written as its projection.
 """
 
 from __future__ import annotations
