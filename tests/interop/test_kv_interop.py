@@ -56,7 +56,9 @@ async def both(request: Any) -> AsyncIterator[tuple[Any, Any]]:
     name = f"tnbinterop_{uuid.uuid4().hex[:12]}"
     if kind == "redis":
         name += ":"
-        ours = redis_checkpointer(url=REDIS_URL, prefix=name)
+        # tulip lists and loads every checkpoint we write here: the history with every checkpoint
+        # projected (the default layout shows tulip the latest turn end: test_redis_history.py)
+        ours = redis_checkpointer(url=REDIS_URL, prefix=name, layout="tulip")
         theirs = tulip_backends.redis_checkpointer(url=REDIS_URL, prefix=name)
     elif kind == "postgresql":
         ours = postgresql_checkpointer(dsn=PG_DSN, table_name=name)

@@ -32,11 +32,15 @@ def said(text: str) -> AgentState:
 
 
 async def raw_keys(prefix: str) -> set[str]:
+    """tulip's keys under ``prefix`` (the history store's own namespace, ``<prefix>\\x00h:``, left out)."""
     import redis.asyncio as aioredis
+
+    from tulip_nb.memory.backends.redis import HISTORY_NAMESPACE
 
     client = aioredis.from_url(REDIS_URL)
     try:
-        return {k.decode() async for k in client.scan_iter(match=prefix + "*", count=1000)}
+        found = {k.decode() async for k in client.scan_iter(match=prefix + "*", count=1000)}
+        return {k for k in found if not k.startswith(prefix + HISTORY_NAMESPACE)}
     finally:
         await client.aclose()
 

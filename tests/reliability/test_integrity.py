@@ -38,7 +38,7 @@ async def backend(kind: str, tmp_path: Path, redis_url: str, **kwargs: Any) -> A
 
         cp: BaseCheckpointer = S3Backend(new_bucket(), endpoint_url=moto_endpoint(), **S3_CREDENTIALS, **kwargs)
     else:
-        if kind == "file":  # signing is opt-in on the file store (issue 26): these tests sign
+        if kind in ("file", "redis"):  # signing is opt-in on the history model (issues 26, 27): these tests sign
             kwargs.setdefault("sign", True)
         cp = checkpointer_from_url(url, **kwargs)
     try:

@@ -8,7 +8,7 @@ URL                                            checkpointer
 the name of an existing directory
 ``memory:``                                    a new :class:`MemoryCheckpointer`
 ``s3://bucket/prefix/?endpoint_url=...``       :class:`S3Backend` (also ``region_name``)
-``redis://host:6379/0?prefix=...&ttl_seconds=``  ``redis_checkpointer``
+``redis://host:6379/0?prefix=...&layout=``     ``redis_checkpointer`` (also ``ttl_seconds``)
 ``postgresql://user@host/db?table_name=...``   ``postgresql_checkpointer`` (also ``schema_name``)
 ``mysql://root@host:3306/db?table_name=...``   ``mysql_checkpointer`` (also ``ssl=``, below)
 ``opensearch://host:9200?index_name=...``      ``opensearch_checkpointer`` (``opensearchs://`` for TLS)
@@ -138,7 +138,7 @@ def checkpointer_from_url(url: str, **kwargs: Any) -> BaseCheckpointer:
     if scheme in ("redis", "rediss"):
         from tulip_nb.memory.backends.adapters import redis_checkpointer
 
-        clean, options = _split_options(url, {"prefix", "ttl_seconds"})
+        clean, options = _split_options(url, {"prefix", "ttl_seconds", "layout"})
         ttl = options.pop("ttl_seconds", None)
         return redis_checkpointer(url=clean, ttl_seconds=int(ttl) if ttl else None, **{**options, **kwargs})
     if scheme in ("postgresql", "postgres"):

@@ -59,16 +59,22 @@ async def drop_mysql_table(table: str) -> None:
         await conn.close()
 
 
-@contextlib.asynccontextmanager
-async def redis_backend(tmp_path: Path) -> AsyncIterator[Opener]:
-    require_service("redis", "127.0.0.1", 6379)
-    from tulip_nb.memory.backends import redis_checkpointer
+def redis_factory(layout: str) -> Factory:
+    """Redis in ``layout``: the history model (``"history"``, ``"tulip"``: every checkpoint
+    projected as tulip's keys) or tulip's own whole-state layout (``"kv"``)."""
 
-    prefix = unique("tnbtest:") + ":"
-    try:
-        yield opener(lambda: redis_checkpointer(url=REDIS_URL, prefix=prefix))
-    finally:
-        await drop_redis_prefix(prefix)
+    @contextlib.asynccontextmanager
+    async def redis_backend(tmp_path: Path) -> AsyncIterator[Opener]:
+        require_service("redis", "127.0.0.1", 6379)
+        from tulip_nb.memory.backends import redis_checkpointer
+
+        prefix = unique("tnbtest:") + ":"
+        try:
+            yield opener(lambda: redis_checkpointer(url=REDIS_URL, prefix=prefix, layout=layout))  # type: ignore[arg-type]
+        finally:
+            await drop_redis_prefix(prefix)
+
+    return redis_backend
 
 
 @contextlib.asynccontextmanager
@@ -96,7 +102,9 @@ async def mysql_backend(tmp_path: Path) -> AsyncIterator[Opener]:
 
 
 FACTORIES: dict[str, Factory] = {
-    "redis": redis_backend,
+    "redis": redis_factory("history"),
+    "redis-tulip": redis_factory("tulip"),
+    "redis-kv": redis_factory("kv"),
     "postgresql": postgresql_backend,
     "mysql": mysql_backend,
 }

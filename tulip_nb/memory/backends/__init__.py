@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from tulip_nb.memory.backends.opensearch import OpenSearchBackend
     from tulip_nb.memory.backends.postgresql import PostgreSQLBackend
     from tulip_nb.memory.backends.redis import RedisBackend
+    from tulip_nb.memory.backends.redis_history import RedisHistoryCheckpointer
     from tulip_nb.memory.backends.s3 import S3Backend, s3_checkpointer
     from tulip_nb.memory.backends.tulip_pg import TulipPgCheckpointer
     from tulip_nb.memory.urls import checkpointer_from_url
@@ -42,6 +43,7 @@ _LAZY: dict[str, str] = {
     "mysql_checkpointer": "tulip_nb.memory.backends.adapters",
     "opensearch_checkpointer": "tulip_nb.memory.backends.adapters",
     "RedisBackend": "tulip_nb.memory.backends.redis",
+    "RedisHistoryCheckpointer": "tulip_nb.memory.backends.redis_history",
     "PostgreSQLBackend": "tulip_nb.memory.backends.postgresql",
     "MySQLBackend": "tulip_nb.memory.backends.mysql",
     "OpenSearchBackend": "tulip_nb.memory.backends.opensearch",
@@ -59,6 +61,7 @@ __all__ = [
     "OpenSearchBackend",
     "PostgreSQLBackend",
     "RedisBackend",
+    "RedisHistoryCheckpointer",
     "S3Backend",
     "StorageBackendAdapter",
     "TulipPgCheckpointer",

@@ -6,10 +6,13 @@ not checkpointers. The adapter turns the agent's ``save(state, thread_id)`` into
 per thread (see :mod:`tulip_nb.memory.backends._kv`), so a tulip agent and tulip_nb read each
 other's threads on the same server. Build one with a factory::
 
-    from tulip_nb.memory.backends import redis_checkpointer
-    cp = redis_checkpointer(url="redis://localhost:6379/0", ttl_seconds=86_400)
+    from tulip_nb.memory.backends import postgresql_checkpointer
+    cp = postgresql_checkpointer(dsn="postgresql://app@db/prod", table_name="checkpoints")
     cid = await cp.save(state, "ticket-42")
     state = await cp.load("ticket-42")
+
+(``redis_checkpointer`` returns the history model on Redis, :mod:`.redis_history`, with tulip's
+keys as its projection; this adapter with ``layout="kv"``, or with ``ttl_seconds``.)
 
 It wraps *any* object with async ``save(thread_id, data)`` / ``load(thread_id)`` /
 ``delete(thread_id)`` / ``exists(thread_id)`` too (your own key-value class, a tulip storage
@@ -53,11 +56,11 @@ import inspect
 import weakref
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 
-from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound
+from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
 from tulip_nb.core.state import AgentState, state_json_bytes
 from tulip_nb.memory._envelope import info_row, matches_pattern, metadata_matches, search_hit, search_state
 from tulip_nb.memory._pools import PerLoop
@@ -550,13 +553,39 @@ def redis_checkpointer(
     ttl_seconds: int | None = None,
     prefix: str = "tulip:state:",
     *,
-    sign: bool = True,
+    sign: bool | None = None,
+    layout: Literal["history", "tulip", "kv"] | None = None,
     **kwargs: Any,
-) -> StorageBackendAdapter:
-    """A checkpointer on Redis: keys ``<prefix><tid>:<cid>``, optional TTL per thread."""
+) -> BaseCheckpointer:
+    """A checkpointer on Redis, keys under ``prefix`` (tulip's keys ``<prefix><tid>:<cid>`` included).
+
+    ``layout``:
+
+    - ``"history"`` (the default): the history model (:mod:`.redis_history`): each message stored
+      once, a save costs what it adds, a copy writes rows only; the thread's latest turn end is
+      also written as tulip's keys, in the same transaction, so a tulip agent resumes it.
+    - ``"tulip"``: the same, with every checkpoint written as tulip's keys.
+    - ``"kv"``: tulip's own layout only (:class:`StorageBackendAdapter`): every checkpoint's whole
+      state, rewritten index; the cost of a save grows with the thread. The layout for
+      ``ttl_seconds`` (every key of a thread expires together, ``ttl_seconds`` after its last
+      save): with ``ttl_seconds`` and no ``layout``, this one is used; the history layouts refuse
+      a TTL (entries are shared between threads, so they cannot expire with one).
+
+    ``sign``: hash-chain every save (:mod:`tulip_nb.memory.integrity`); by default off for the
+    history layouts (opt-in, as in the file store: every row carries a content digest checked on
+    load either way) and on for ``"kv"`` (as before).
+    """
     from tulip_nb.memory.backends.redis import RedisBackend
 
-    return StorageBackendAdapter(RedisBackend(url=url, prefix=prefix, ttl_seconds=ttl_seconds, **kwargs), sign=sign)
+    chosen = layout if layout is not None else ("kv" if ttl_seconds is not None else "history")
+    if chosen not in ("history", "tulip", "kv"):
+        raise UserError(f"redis_checkpointer layout must be 'history', 'tulip' or 'kv', got {layout!r}")
+    backend = RedisBackend(url=url, prefix=prefix, ttl_seconds=ttl_seconds, **kwargs)
+    if chosen == "kv":
+        return StorageBackendAdapter(backend, sign=True if sign is None else sign)
+    from tulip_nb.memory.backends.redis_history import RedisHistoryCheckpointer
+
+    return RedisHistoryCheckpointer(backend, layout=chosen, sign=bool(sign))
 
 
 def postgresql_checkpointer(

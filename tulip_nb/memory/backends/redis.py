@@ -29,6 +29,10 @@ Use it through the factory::
 
     from tulip_nb.memory.backends import redis_checkpointer
     cp = redis_checkpointer(url="redis://localhost:6379/0", ttl_seconds=86_400)
+
+With a TTL (or ``layout="kv"``) that is a checkpointer in tulip's layout over this backend; by
+default ``redis_checkpointer`` keeps threads in the history model (:mod:`.redis_history`), under
+``<prefix>\\x00h:`` (:data:`HISTORY_NAMESPACE`), with these keys written as its projection.
 """
 
 from __future__ import annotations
@@ -49,12 +53,16 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("RedisBackend needs the 'redis' package: pip install 'tulip_nb[redis]'") from e
 
-__all__ = ["RedisBackend"]
+__all__ = ["HISTORY_NAMESPACE", "RedisBackend"]
 
 T = TypeVar("T")
 _MAX_RETRIES = 1000
 PREFIX_SEPARATOR = ":"
 """What a non-empty ``prefix`` must end with (so that no prefix is the start of another's keys)."""
+HISTORY_NAMESPACE = "\x00h:"
+"""Where the history store (:mod:`._redis_history`) keeps its keys under the prefix:
+``<prefix>\\x00h:...``. Thread ids cannot hold NUL, so no key of tulip's layout starts there;
+the key listings here (``keys``, ``index_keys``, ``list_threads``) leave that namespace out."""
 
 
 def _check_prefix(prefix: str) -> str:
@@ -129,6 +137,9 @@ class RedisBackend(KVStore):
         )
         # redis-py clients are bound to their event loop: one per loop (no schema)
         self._clients: PoolPerLoop[Any] = PoolPerLoop(self._new_client, lambda client: client.aclose())
+        # a second pool for the reads of a transaction whose WATCH holds a connection of the first
+        # (a writer never waits for a connection that another waiting writer holds)
+        self._readers: PoolPerLoop[Any] = PoolPerLoop(self._new_client, lambda client: client.aclose())
 
     async def _new_client(self) -> Any:
         pool = aioredis.BlockingConnectionPool.from_url(self.url, **self._client_args)
@@ -137,10 +148,24 @@ class RedisBackend(KVStore):
     def __repr__(self) -> str:
         return f"RedisBackend(url={self.url!r}, prefix={self.prefix!r}, ttl_seconds={self.ttl_seconds})"
 
+    async def client(self) -> Any:
+        """This event loop's ``redis.asyncio.Redis`` client (for WATCH/MULTI transactions)."""
+        return await self._clients.get()
+
+    async def reader(self) -> Any:
+        """This event loop's client for reads made while a transaction's WATCH holds a connection."""
+        return await self._readers.get()
+
+    def errors(self, key: str | None = None) -> contextlib.AbstractAsyncContextManager[None]:
+        """Redis's errors as :class:`~tulip_nb.core.errors.BackendUnavailable` (``WatchError`` passes)."""
+        return self._errors(key)
+
     @contextlib.asynccontextmanager
     async def _errors(self, key: str | None = None) -> AsyncIterator[None]:
         try:
             yield
+        except BackendUnavailable:
+            raise
         except (RedisConnectionError, RedisTimeoutError, OSError) as e:
             raise BackendUnavailable(f"RedisBackend: cannot reach Redis at {self.url}: {e}", path=key) from e
         except WatchError:
@@ -207,14 +232,17 @@ class RedisBackend(KVStore):
         n = len(self.prefix)
         client = await self._clients.get()
         async with self._errors():
-            return [k.decode()[n:] async for k in client.scan_iter(match=match, count=1000)]
+            found = [k.decode()[n:] async for k in client.scan_iter(match=match, count=1000)]
+        return [k for k in found if not k.startswith(HISTORY_NAMESPACE)]
 
     async def keys(self, pattern: str = "*") -> list[str]:
         match = _glob_escape(self.prefix) + (pattern or "*")
         n = len(self.prefix)
         client = await self._clients.get()
         async with self._errors():
-            return [k.decode()[n:] async for k in client.scan_iter(match=match, count=1000)]
+            found = [k.decode()[n:] async for k in client.scan_iter(match=match, count=1000)]
+        return [k for k in found if not k.startswith(HISTORY_NAMESPACE)]
 
     async def close(self) -> None:
         await self._clients.aclose()
+        await self._readers.aclose()
