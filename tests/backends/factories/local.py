@@ -33,7 +33,7 @@ FACTORIES: dict[str, Factory] = {
     "file": file_backend,
     "file-tulip": file_tulip_backend,
 }
-RACING = frozenset({"memory", "file", "file-tulip"})
-"""The factories above that run the suite's race cases (``CheckpointerSuite.races``): all of them,
-the history model's stores (a fork or copy is rows on shared entries, never a file of another
-thread's)."""
+RACING = frozenset({"memory", "file", "file-tulip", "s3"})
+"""The factories that run the suite's race cases (``CheckpointerSuite.races``): the history model's
+stores, all of the above and S3 (``remote.py``): a fork or copy is rows on shared entries (on S3,
+on the source's objects, kept while a head names the copy among the source's users)."""

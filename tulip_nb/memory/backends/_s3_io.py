@@ -207,6 +207,17 @@ class S3IO:
             raise
         return str((resp or {}).get("ETag", ""))
 
+    def delete_if(self, key: str, etag: str) -> None:
+        """DELETE one object only while its ETag is ``etag``; PreconditionFailed when it changed or is gone."""
+        try:
+            self._call("delete an object", key, self.client.delete_object, missing_ok=False, Key=key, IfMatch=etag)
+        except BackendUnavailable as e:
+            if isinstance(e.__cause__, self._exc.ClientError):
+                code, status = self._code(e.__cause__)
+                if status == 404 and code != "NoSuchBucket":
+                    raise PreconditionFailed(key) from e
+            raise
+
     def delete_keys(self, keys: list[str]) -> None:
         """Delete up to any number of keys (batched by 1000, S3's limit)."""
         for start in range(0, len(keys), 1000):
