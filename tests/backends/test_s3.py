@@ -43,8 +43,9 @@ async def raw(bucket: str, s3: Any) -> Any:
     return s3._io.client
 
 
-def keys(raw: Any, bucket: str) -> list[str]:
-    return sorted(o["Key"] for o in raw.list_objects_v2(Bucket=bucket).get("Contents", []))
+def keys(raw: Any, bucket: str, prefix: str = "tulip/checkpoints/") -> list[str]:
+    """The keys under ``prefix`` (tulip's objects by default; the history lies beside them)."""
+    return sorted(o["Key"] for o in raw.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []))
 
 
 async def test_layout_is_tulips(s3: Any, raw: Any, bucket: str) -> None:
@@ -87,9 +88,14 @@ async def test_two_processes_compare_and_swap_one_conflict(bucket: str, raw: Any
         losers = [r for r in results if isinstance(r, CheckpointConflict)]
         assert len(winners) == 1 and len(losers) == 1, results
         assert losers[0].actual == winners[0]
-        # the loser cleaned up: no orphan checkpoint looks like part of the thread
+        # the loser cleaned up: no orphan checkpoint looks like part of the thread, no orphan object
         assert await a.list_checkpoints("race") == [winners[0], base]
-        assert len(keys(raw, bucket)) == 5
+        base_dir = "tulip/checkpoints/race/"
+        assert set(keys(raw, bucket)) == {f"{base_dir}{w}{s}" for w in winners for s in (".json", ".meta.json")} | {
+            f"{base_dir}_latest"
+        }
+        history = keys(raw, bucket, "tulip/checkpoints.history/")
+        assert len(history) == 3, history  # the head and the two saves' message batches
     finally:
         await a.close()
         await b.close()
@@ -108,7 +114,8 @@ async def test_two_processes_plain_saves_never_fork_the_lineage(bucket: str) -> 
         await b.close()
 
 
-async def test_latest_follows_created_at_not_last_modified(s3: Any, raw: Any, bucket: str) -> None:
+async def test_latest_follows_created_at_not_last_modified(raw: Any, bucket: str) -> None:
+    s3 = _backend(bucket, layout="tulip")  # every checkpoint projected: tulip's whole layout
     a = await s3.save(full_state(marker="a"), "t")
     b = await s3.save(full_state(marker="b"), "t")
     c = await s3.save(full_state(marker="c"), "t")
@@ -120,6 +127,7 @@ async def test_latest_follows_created_at_not_last_modified(s3: Any, raw: Any, bu
     assert raw.get_object(Bucket=bucket, Key="tulip/checkpoints/t/_latest")["Body"].read() == b.encode()
     loaded = await s3.load("t")
     assert loaded is not None and loaded.messages[1].content == "question 0 b"
+    await s3.close()
 
 
 async def test_a_stale_pointer_written_by_tulip_loses_to_created_at(s3: Any, raw: Any, bucket: str) -> None:
@@ -136,15 +144,24 @@ async def test_a_stale_pointer_written_by_tulip_loses_to_created_at(s3: Any, raw
         await fresh.close()
 
 
-async def test_dangling_pointer_falls_back_to_created_at(s3: Any, raw: Any, bucket: str) -> None:
-    a = await s3.save(full_state(marker="a"), "t")
+async def test_a_lost_projection_is_written_again_from_the_history(s3: Any, raw: Any, bucket: str) -> None:
+    """tulip's objects are a projection: the history keeps the thread when they expire (a lifecycle
+    rule) or a crash loses them, and the next instance to touch the thread writes them again."""
+    await s3.save(full_state(marker="a"), "t")
     b = await s3.save(full_state(marker="b"), "t")
     raw.delete_objects(
-        Bucket=bucket, Delete={"Objects": [{"Key": f"tulip/checkpoints/t/{b}{s}"} for s in (".json", ".meta.json")]}
+        Bucket=bucket,
+        Delete={"Objects": [{"Key": f"tulip/checkpoints/t/{n}"} for n in (f"{b}.json", f"{b}.meta.json", "_latest")]},
     )  # e.g. expired
-    ckpt = await s3.load_checkpoint("t")
-    assert ckpt is not None and ckpt.checkpoint_id == a
-    assert (await s3.load("t")).messages[1].content == "question 0 a"  # type: ignore[union-attr]
+    fresh = _backend(bucket)
+    try:
+        ckpt = await fresh.load_checkpoint("t")
+        assert ckpt is not None and ckpt.checkpoint_id == b
+        assert set(keys(raw, bucket)) == {f"tulip/checkpoints/t/{n}" for n in (f"{b}.json", f"{b}.meta.json", "_latest")}
+        assert raw.get_object(Bucket=bucket, Key="tulip/checkpoints/t/_latest")["Body"].read() == b.encode()
+        assert await fresh.check_mirror("t") == []
+    finally:
+        await fresh.close()
 
 
 async def test_list_threads_whole_ids_and_pattern(s3: Any) -> None:

@@ -22,11 +22,12 @@ TID = "user/42:chat #1"
 
 
 @pytest.fixture
-async def pair() -> AsyncIterator[tuple[Any, Any, Any]]:
+async def pair(request: Any) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """(ours, tulip's, a raw client) on one bucket; ours in the layout the test names (history by default)."""
     from tulip_nb.memory.backends import S3Backend
 
     bucket, url = new_bucket(), moto_endpoint()
-    ours = S3Backend(bucket, endpoint_url=url, **S3_CREDENTIALS)
+    ours = S3Backend(bucket, endpoint_url=url, layout=getattr(request, "param", "history"), **S3_CREDENTIALS)
     theirs = tulip_s3.S3Backend(bucket=bucket, endpoint_url=url, **S3_CREDENTIALS)
     yield ours, theirs, ours._io.client
     await theirs.close()
@@ -70,15 +71,23 @@ async def test_same_objects_same_shapes(pair: tuple[Any, Any, Any]) -> None:
     assert a["_latest"] == ("text/plain", theirs_cid.encode()) and b["_latest"] == ("text/plain", ours_cid.encode())
 
 
+@pytest.mark.parametrize("pair", ["history", "tulip"], indirect=True)
 async def test_tulip_resumes_what_we_write(pair: tuple[Any, Any, Any]) -> None:
+    """tulip is shown the latest turn end (layout="history") or every checkpoint (layout="tulip")."""
     ours, theirs, _ = pair
     state = full_state()
     first = await ours.save(state, TID, metadata={"who": "us"})
+    mid = await ours.save(state, TID, metadata={"source": "iteration"})
     second = await ours.save(state, TID)
     loaded = await theirs.load(TID)
     assert loaded is not None
     assert loaded.model_dump(mode="json") == tulip_view(state.to_json_bytes())
-    assert set(await theirs.list_checkpoints(TID)) == {first, second}
+    listed = set(await theirs.list_checkpoints(TID))
+    if ours.layout == "history":
+        assert listed == {second}
+        assert (await ours.list_checkpoints(TID)) == [second, mid, first]
+        return
+    assert listed == {first, mid, second}
     assert caller_metadata(await theirs.get_metadata(TID, first)) == {"who": "us", "parent_checkpoint_id": None}
     assert (await theirs.load(TID, first)) is not None
 

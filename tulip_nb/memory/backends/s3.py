@@ -392,7 +392,8 @@ class S3Backend(InTreeCheckpointer):
         await self._unlink(thread_id, sorted(projected - {i.checkpoint_id for i in want}))
         foreign = [info for info, ours in envs.values() if not ours]
         top = newest_first([*want, *foreign])
-        await self._point_latest(thread_id, top[0] if top else None)
+        if top or envs:  # a thread with nothing projected and nothing of tulip's has no pointer to fix
+            await self._point_latest(thread_id, top[0] if top else None)
         self._repaired.add(thread_id)
 
     async def _repair(self, thread_id: str) -> None:
