@@ -157,7 +157,9 @@ async def test_a_lost_projection_is_written_again_from_the_history(s3: Any, raw:
     try:
         ckpt = await fresh.load_checkpoint("t")
         assert ckpt is not None and ckpt.checkpoint_id == b
-        assert set(keys(raw, bucket)) == {f"tulip/checkpoints/t/{n}" for n in (f"{b}.json", f"{b}.meta.json", "_latest")}
+        assert set(keys(raw, bucket)) == {
+            f"tulip/checkpoints/t/{n}" for n in (f"{b}.json", f"{b}.meta.json", "_latest")
+        }
         assert raw.get_object(Bucket=bucket, Key="tulip/checkpoints/t/_latest")["Body"].read() == b.encode()
         assert await fresh.check_mirror("t") == []
     finally:

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
+import itertools
 import secrets
 import threading
 from collections import OrderedDict
@@ -503,7 +505,8 @@ class S3History(HistoryStore):
                 raise CheckpointCorrupt("an empty history names a head entry", thread_id=thread_id)
             return [], []
         runs = [r for r in head.runs if int(r["i"]) < n]
-        contents = dict(zip([r["k"] for r in runs], self._fetch.map(lambda r: self._run_content(r, thread_id), runs)))
+        fetched = self._fetch.map(lambda r: self._run_content(r, thread_id), runs)
+        contents = dict(zip([r["k"] for r in runs], fetched, strict=True))
         pieces: list[tuple[_Run, int]] = []
         pos, want = n, rec.head
         while pos > 0:
@@ -722,13 +725,10 @@ class S3History(HistoryStore):
             level = int(last[0].get("l", 0))
             if level >= MAX_LEVEL or any(r.get("o") != tk or int(r.get("l", 0)) != level for r in last):
                 break
-            if any(
-                b["p"] != a["h"] or int(b["i"]) != int(a["i"]) + int(a["n"])
-                for a, b in zip(last, last[1:], strict=False)
-            ):
+            if any(b["p"] != a["h"] or int(b["i"]) != int(a["i"]) + int(a["n"]) for a, b in itertools.pairwise(last)):
                 break
             pending = dict(puts)
-            contents = list(self._fetch.map(lambda r: self._run_content_or_put(r, pending, thread_id), last))
+            contents = list(self._fetch.map(functools.partial(self._run_content_pending, pending, thread_id), last))
             data = [d for c in contents for d in c.data]
             parent = contents[0].parent
             body = _run_body(parent, data)
@@ -755,9 +755,9 @@ class S3History(HistoryStore):
             ]
         return dropped
 
-    def _run_content_or_put(self, run: dict[str, Any], pending: dict[str, bytes], thread_id: str) -> _Run:
-        body = pending.get(run["k"])
-        return self._run_content(run, thread_id, body)
+    def _run_content_pending(self, pending: dict[str, bytes], thread_id: str, run: dict[str, Any]) -> _Run:
+        """A run's content, from the bytes this save is about to write when it is one of them."""
+        return self._run_content(run, thread_id, pending.get(run["k"]))
 
     def _base_parts(self, thread_id: str, tk: str, by_id: dict[str, _Rec], base: _Rec | None) -> Parts | None:
         """The parts of the row a new save patches against: this instance's newest save when it is

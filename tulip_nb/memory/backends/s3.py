@@ -325,10 +325,11 @@ class S3Backend(InTreeCheckpointer):
         mark = {MARK: self._mark(tid)}
         state_bytes = b"".join(state_json_parts(ckpt.state, cache=self._blobs, key=tid))
         meta = dict(ckpt.metadata)
+        meta_key = self._key(tid, cid, ".meta.json")
         # .meta.json first: a checkpoint is listed once its .json exists, never without metadata
-        await self._run(
+        etag = await self._run(
             self._io.put,
-            self._key(tid, cid, ".meta.json"),
+            meta_key,
             meta_body(cid, tid, ckpt.created_at, meta),
             "application/json",
             metadata=mark,
@@ -340,6 +341,7 @@ class S3Backend(InTreeCheckpointer):
             "application/json",
             metadata=mark,
         )
+        self._infos[meta_key] = (etag, CheckpointInfo(cid, tid, ckpt.created_at, meta), mark[MARK])
 
     async def _point_latest(self, thread_id: str, info: CheckpointInfo | None) -> None:
         """Point tulip's ``_latest`` at ``info`` (remove it for None)."""
