@@ -279,6 +279,8 @@ class S3History(HistoryStore):
         self._heads: dict[str, _Head] = {}  # thread key -> the head this instance last wrote or read
         # thread key -> (cid, fields hash, parts) of this instance's newest save (its next patch's base)
         self._fields: OrderedDict[str, tuple[str, bytes, Parts]] = OrderedDict()
+        self._fields_lock = threading.Lock()
+        self._listed: dict[str, tuple[str, _Head]] = {}  # head key -> (ETag, head) as last listed and read
 
     def __repr__(self) -> str:
         return f"S3History(bucket={self.io.bucket!r}, root={self.root!r})"
@@ -426,14 +428,19 @@ class S3History(HistoryStore):
 
     def heads_sync(self) -> dict[str, _Head]:
         """Every thread with rows: thread id -> its head (listing the heads, reading each)."""
-        keys = [o.key for o in self.io.list_keys(f"{self.root}h/")]
+        listed = list(self.io.list_keys(f"{self.root}h/"))
 
-        def one(key: str) -> _Head | None:
-            tk = key.rsplit("/", 1)[-1]
-            return self._read_head_by_key(tk)
+        def one(obj: Any) -> _Head | None:
+            seen = self._listed.get(obj.key)
+            if seen is not None and seen[0] == obj.etag:  # unchanged since it was last read
+                return seen[1]
+            head = self._read_head_by_key(obj.key.rsplit("/", 1)[-1])
+            if head is not None and head.etag is not None:
+                self._listed[obj.key] = (head.etag, head)
+            return head
 
         out: dict[str, _Head] = {}
-        for head in self._fetch.map(one, keys):
+        for head in self._fetch.map(one, listed):
             if head is not None and head.has_rows:
                 out[head.thread] = head
         return out
@@ -694,10 +701,11 @@ class S3History(HistoryStore):
             )
         )
         self._flush_tail(thread_id, tk, new, puts)
-        self._fields[tk] = (cid, fh, parts)
-        self._fields.move_to_end(tk)
-        while len(self._fields) > 64:
-            self._fields.popitem(last=False)
+        with self._fields_lock:
+            self._fields[tk] = (cid, fh, parts)
+            self._fields.move_to_end(tk)
+            while len(self._fields) > 64:
+                self._fields.popitem(last=False)
         return self._keep_for_users(tk, new, dropped), puts, dropped
 
     def _fields_object(self, tk: str, packed: bytes, puts: list[tuple[str, bytes]]) -> tuple[bytes | None, str | None]:
@@ -858,8 +866,10 @@ class S3History(HistoryStore):
         kept = [r for r in new.runs if int(r["i"]) < top]
         dropped_keys += [r["k"] for r in new.runs if int(r["i"]) >= top]
         new.runs = kept
-        if tk in self._fields and self._fields[tk][0] in cids:
-            del self._fields[tk]
+        with self._fields_lock:
+            cached = self._fields.get(tk)
+            if cached is not None and cached[0] in cids:
+                del self._fields[tk]
         return survivors, dropped_keys
 
     def rewrite_sync(self, thread_id: str, plan: RewritePlanFn) -> int:
@@ -933,7 +943,8 @@ class S3History(HistoryStore):
         """Remove the thread's rows (one CAS); False when the head moved on (the caller retries)."""
         own = self._own_objects(tk, head, recs)
         assert head.etag is not None
-        self._fields.pop(tk, None)
+        with self._fields_lock:
+            self._fields.pop(tk, None)
         if head.users:  # others reach our objects: a tombstone keeps them until the last user goes
             tomb = _Head(thread_id, gone=True, uses=head.uses, users=head.users, keep=own)
             try:

@@ -48,8 +48,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypeVar
 
@@ -437,8 +438,25 @@ class S3Backend(InTreeCheckpointer):
             _, write = await self._run(self.store.save_sync, thread_id, plan)
             self._chains.stored(thread_id, chain)
             if self.every or is_turn_end(write.metadata):
-                await self._project_saved(Checkpoint(cid, thread_id, write.created_at, state, write.metadata), envs)
+                saved = Checkpoint(cid, thread_id, write.created_at, state, write.metadata)
+                await self._after_commit(thread_id, self._project_saved(saved, envs))
         return cid
+
+    async def _after_commit(self, thread_id: str, projection: Awaitable[None]) -> None:
+        """Write the projection after the history committed. A failure is a warning, not a failed
+        operation: the history holds it (a save reported failed after its commit would be retried,
+        a duplicate turn), and the projection is repaired the next time an instance touches the thread."""
+        try:
+            await projection
+        except OSError as e:  # BackendUnavailable is an OSError
+            self._repaired.discard(thread_id)
+            warnings.warn(
+                f"tulip_nb: tulip's objects of thread {thread_id!r} in s3://{self.bucket}/{self._dir(thread_id)} could"
+                f" not be written ({e}); the history holds the thread, and they are written again when the thread"
+                " is next opened",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Write a checkpoint verbatim (see :meth:`BaseCheckpointer.put_checkpoint`)."""
@@ -448,7 +466,7 @@ class S3Backend(InTreeCheckpointer):
             write = put_write(ckpt, self._chains)
             await self._run(self.store.save_sync, ckpt.thread_id, lambda _latest: write)
             self._chains.stored(ckpt.thread_id, write.chain)
-            await self._sync_projection(ckpt.thread_id, force=True)
+            await self._after_commit(ckpt.thread_id, self._sync_projection(ckpt.thread_id, force=True))
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         validate_thread_id(thread_id)
@@ -508,7 +526,7 @@ class S3Backend(InTreeCheckpointer):
             gone = await self._run(self.store.delete_sync, thread_id, sorted(checkpoint_ids))
             foreign = await self._foreign(thread_id)
             gone += await self._unlink(thread_id, [c for c in foreign if c in checkpoint_ids])
-            await self._sync_projection(thread_id, force=True)
+            await self._after_commit(thread_id, self._sync_projection(thread_id, force=True))
             return int(gone)
 
     async def close(self) -> None:
@@ -579,7 +597,7 @@ class S3Backend(InTreeCheckpointer):
                 meta = {**ckpt.metadata, "copied_from": {"thread_id": source_thread_id, "checkpoint_id": cid}}
                 write = put_write(Checkpoint(cid, dest_thread_id, ckpt.created_at, ckpt.state, meta), self._chains)
                 await self._run(self.store.save_sync, dest_thread_id, lambda _latest, w=write: w)
-            await self._sync_projection(dest_thread_id)
+            await self._after_commit(dest_thread_id, self._sync_projection(dest_thread_id))
         return True
 
     # -- retention: each a drop and a re-link in one compare-and-swap -------------------------
@@ -589,7 +607,7 @@ class S3Backend(InTreeCheckpointer):
             plan, dropped = rewrite_plan(choose, list(foreign.values()))
             gone = await self._run(self.store.rewrite_sync, thread_id, plan)
             gone += await self._unlink(thread_id, [i.checkpoint_id for i in dropped])
-            await self._sync_projection(thread_id, force=bool(gone))
+            await self._after_commit(thread_id, self._sync_projection(thread_id, force=bool(gone)))
             return int(gone)
 
     async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
