@@ -9,14 +9,15 @@ lost race (HTTP 412) re-reads the head and runs the plan again. Everything else 
     {root}h/<tk>                  the head of thread <tk> (sha256 of its id): JSON, rewritten by CAS
     {root}o/<tk>/b<hash><nonce>   a run: messages (their canonical JSON bytes) a save added,
                                   with the entry id of the message before them
-    {root}o/<tk>/s<hash><nonce>   a segment: 32 checkpoint rows, flushed out of the head
+    {root}o/<tk>/s<hash><nonce>   a segment: 16 checkpoint rows, flushed out of the head
     {root}o/<tk>/f<hash><nonce>   a row's other fields when too large to sit in the row
 
-The head holds the thread's rows not yet in a segment (at most 32), the list of its segments and
-the list of its runs (key, first index, count, the entry before it, its last entry). A save writes
-one run (the messages it adds, found by matching the state's entry ids against the ends of the
-runs and the heads of the rows) and the head; every 16 runs of one level in a row are merged into
-one of the next (two levels: a run holds at most 256 saves' messages), so a load reads a handful
+The head holds the thread's rows not yet in a segment (at most 15), the id of the newest, the
+list of its segments and the list of its runs (key, first index, count, the entry before it, its
+last entry). A save writes one run (the messages it adds, found by matching the state's entry ids
+against the ends of the runs and the heads of the rows) and the head; every 8 runs of one level in
+a row are merged into one of the next (three levels: a run holds at most 512 saves' messages, each
+message is written at most four times), so a load reads a handful
 of runs, not one per save. A load walks the runs back from the row's head entry, re-hashes every
 message against its entry id, and checks the row's digest: corruption is
 :class:`~tulip_nb.core.errors.CheckpointCorrupt`, never an older state.
@@ -74,13 +75,13 @@ from tulip_nb.memory.rest_delta import MAX_DEPTH, Parts, PatchError, decode, enc
 
 __all__ = ["S3History"]
 
-SEGMENT_ROWS = 32
+SEGMENT_ROWS = 16
 """Rows the head holds before they are flushed into an immutable segment."""
-FANOUT = 16
+FANOUT = 8
 """Runs of one level merged into one of the next."""
-MAX_LEVEL = 2
-"""Runs are merged up to this level (a level-2 run holds FANOUT**2 saves' messages)."""
-INLINE_FIELDS = 2048
+MAX_LEVEL = 3
+"""Runs are merged up to this level (a level-3 run holds FANOUT**3 saves' messages)."""
+INLINE_FIELDS = 512
 """A row's packed fields up to this size sit in the row; larger ones get an object of their own."""
 _ATTEMPTS = 50
 _CACHE_BYTES = 64 << 20
@@ -195,6 +196,8 @@ class _Head:
     uses: list[str] = field(default_factory=list)
     users: list[str] = field(default_factory=list)
     keep: list[str] = field(default_factory=list)
+    top: str | None = None
+    """The id of the newest row (by ``created_at``, then id): a load of the latest reads only it."""
 
     @property
     def has_rows(self) -> bool:
@@ -212,6 +215,7 @@ class _Head:
                 "uses": sorted(set(self.uses)),
                 "users": sorted(set(self.users)),
                 "keep": sorted(set(self.keep)),
+                "top": self.top,
             }
         )
 
@@ -231,6 +235,7 @@ class _Head:
                 [str(u) for u in o["uses"]],
                 [str(u) for u in o["users"]],
                 [str(k) for k in o["keep"]],
+                None if o["top"] is None else str(o["top"]),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise CheckpointCorrupt(f"the thread's head object cannot be read: {e}", path=where) from e
@@ -389,6 +394,19 @@ class S3History(HistoryStore):
             raise CheckpointCorrupt(f"a segment of checkpoint rows cannot be read: {e}", path=self._where(key)) from e
         self._remember(key, len(body) * 4, recs)
         return list(recs)
+
+    def lookup(self, head: _Head) -> Callable[[str], _Rec | None]:
+        """Find a row by id: the head's rows first, then its segments newest first, each read only
+        when needed (a load of a recent checkpoint reads the head and a segment or two)."""
+        found: dict[str, _Rec] = {r.cid: r for r in head.tail}
+        pending = [s["k"] for s in head.segs]
+
+        def get(cid: str) -> _Rec | None:
+            while cid not in found and pending:
+                found.update((r.cid, r) for r in self._segment(pending.pop()))
+            return found.get(cid)
+
+        return get
 
     def recs(self, head: _Head) -> list[_Rec]:
         """Every row of the thread (segments in parallel, cached: they never change)."""
@@ -551,14 +569,14 @@ class S3History(HistoryStore):
             self._remember(rec.blob, len(hit), hit)
         return hit  # type: ignore[no-any-return]
 
-    def _rebuild(self, thread_id: str, by_id: dict[str, _Rec], rec: _Rec) -> dict[str, Any]:
+    def _rebuild(self, thread_id: str, by_id: Callable[[str], _Rec | None], rec: _Rec) -> dict[str, Any]:
         """A row's whole fields: its snapshot, or its base's rebuilt and its patch applied; verified."""
         ctx: dict[str, Any] = {"thread_id": thread_id, "checkpoint_id": rec.cid}
         chain, base = [rec], rec.base
         while base is not None:
             if len(chain) > MAX_DEPTH + 1:
                 raise CheckpointCorrupt("the row's fields patch a chain with no snapshot", **ctx)
-            b = by_id.get(base)
+            b = by_id(base)
             if b is None:
                 raise CheckpointCorrupt(f"the row's fields patch missing checkpoint {base}", **ctx)
             chain.append(b)
@@ -585,17 +603,18 @@ class S3History(HistoryStore):
         raise CheckpointConflict("the thread kept changing while it was loaded", thread_id=thread_id)
 
     def _load(self, thread_id: str, head: _Head, checkpoint_id: str | None) -> StoredCheckpoint | None:
-        recs = self.recs(head)
-        by_id = {r.cid: r for r in recs}
+        by_id = self.lookup(head)
         if checkpoint_id is None:
-            if not recs:
+            if not head.has_rows:
                 return None
-            rec = max(recs, key=lambda r: r.key)
+            found = by_id(head.top) if head.top is not None else None
+            if found is None:
+                raise CheckpointCorrupt("the head names no row as the newest", thread_id=thread_id)
         else:
-            found = by_id.get(checkpoint_id)
+            found = by_id(checkpoint_id)
             if found is None:
                 raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
-            rec = found
+        rec = found
         where = self._where(self.head_key(thread_key(thread_id)))
         ctx: dict[str, Any] = {"thread_id": thread_id, "checkpoint_id": rec.cid}
         try:
@@ -686,7 +705,7 @@ class S3History(HistoryStore):
             dropped += self._merge_runs(thread_id, tk, new, puts)
         by_id = {r.cid: r for r in recs}
         base = max((r for r in recs if r.cid != cid), key=lambda r: r.key, default=None)
-        base_parts = self._base_parts(thread_id, tk, by_id, base)
+        base_parts = self._base_parts(thread_id, tk, by_id.get, base)
         if base is None or base_parts is None:
             enc, parts, fields_bytes = encode(write.rest, None)
         else:
@@ -695,11 +714,11 @@ class S3History(HistoryStore):
         digest = row_digest(thread_id, cid, write.created_at, meta, chain.head, chain.n, fh)
         inline, blob = self._fields_object(tk, enc.blob, puts)
         based = base.cid if enc.patch and base is not None else None
-        new.tail.append(
-            _Rec(
-                cid, write.created_at, meta, chain.head, chain.n, fh, digest, inline, blob, based, enc.depth, enc.chain
-            )
+        rec = _Rec(
+            cid, write.created_at, meta, chain.head, chain.n, fh, digest, inline, blob, based, enc.depth, enc.chain
         )
+        new.tail.append(rec)
+        new.top = max([*recs, rec], key=lambda r: r.key).cid
         self._flush_tail(thread_id, tk, new, puts)
         with self._fields_lock:
             self._fields[tk] = (cid, fh, parts)
@@ -767,7 +786,9 @@ class S3History(HistoryStore):
         """A run's content, from the bytes this save is about to write when it is one of them."""
         return self._run_content(run, thread_id, pending.get(run["k"]))
 
-    def _base_parts(self, thread_id: str, tk: str, by_id: dict[str, _Rec], base: _Rec | None) -> Parts | None:
+    def _base_parts(
+        self, thread_id: str, tk: str, by_id: Callable[[str], _Rec | None], base: _Rec | None
+    ) -> Parts | None:
         """The parts of the row a new save patches against: this instance's newest save when it is
         still that row (same id and fields hash), else rebuilt; None when it cannot be (corrupt)."""
         if base is None:
@@ -850,12 +871,13 @@ class S3History(HistoryStore):
             if r.cid in cids or r.base not in cids:
                 continue
             try:
-                fields_bytes = orjson.dumps(self._rebuild(thread_id, by_id, r))
+                fields_bytes = orjson.dumps(self._rebuild(thread_id, by_id.get, r))
             except CheckpointCorrupt:
                 continue  # damaged already: left as it is (its load reports it)
             inline, blob = self._fields_object(tk, pack(fields_bytes), puts)
             rebuilt[r.cid] = replace(r, inline=inline, blob=blob, base=None, depth=0, chain=0)
         survivors = [rebuilt.get(r.cid, r) for r in recs if r.cid not in cids]
+        new.top = max(survivors, key=lambda r: r.key).cid if survivors else None
         for r in recs:
             if (r.cid in cids or r.cid in rebuilt) and r.blob is not None:
                 dropped_keys.append(r.blob)
@@ -1016,7 +1038,7 @@ class S3History(HistoryStore):
                 rows = [self._copied(source, dest, r, metadata) for r in recs]
                 new = _Head(dest, runs=list(src.runs), uses=sorted({*dst.uses, sk, *src.uses}))
                 new.users, new.keep = list(dst.users), list(dst.keep)
-                new.tail = rows
+                new.tail, new.top = rows, src.top
                 puts: list[tuple[str, bytes]] = []
                 self._flush_tail(dest, dk, new, puts)
                 self._put_blobs(puts)
