@@ -136,6 +136,10 @@ class _Rec:
     def key(self) -> tuple[datetime, str]:
         return (self.at, self.cid)
 
+    @property
+    def turn_end(self) -> bool:
+        return is_turn_end(orjson.loads(self.meta))
+
     def obj(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "c": self.cid,
@@ -198,6 +202,14 @@ class _Head:
     keep: list[str] = field(default_factory=list)
     top: str | None = None
     """The id of the newest row (by ``created_at``, then id): a load of the latest reads only it."""
+    end: str | None = None
+    """The id of the newest turn end (what the default projection shows tulip)."""
+
+    def settle(self, recs: Sequence[_Rec]) -> None:
+        """Name the newest row and the newest turn end among ``recs`` (the head's rows)."""
+        self.top = max(recs, key=lambda r: r.key).cid if recs else None
+        ends = [r for r in recs if r.turn_end]
+        self.end = max(ends, key=lambda r: r.key).cid if ends else None
 
     @property
     def has_rows(self) -> bool:
@@ -216,6 +228,7 @@ class _Head:
                 "users": sorted(set(self.users)),
                 "keep": sorted(set(self.keep)),
                 "top": self.top,
+                "end": self.end,
             }
         )
 
@@ -236,6 +249,7 @@ class _Head:
                 [str(u) for u in o["users"]],
                 [str(k) for k in o["keep"]],
                 None if o["top"] is None else str(o["top"]),
+                None if o["end"] is None else str(o["end"]),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise CheckpointCorrupt(f"the thread's head object cannot be read: {e}", path=where) from e
@@ -439,10 +453,24 @@ class S3History(HistoryStore):
                 "an object the thread's head names is missing", path=self._where(e.key), thread_id=thread_id
             ) from None
 
-    def latest_turn_end_sync(self, thread_id: str) -> str | None:
-        """The id of the thread's newest turn end (what the default projection shows tulip)."""
-        recs = [r for r in self._fresh_recs(thread_id)[1] if is_turn_end(orjson.loads(r.meta))]
-        return max(recs, key=lambda r: r.key).cid if recs else None
+    def projected_sync(self, thread_id: str, every: bool) -> list[CheckpointInfo]:
+        """What tulip is shown: every row (``every``), else the newest turn end (read from the head
+        and, for its row, a segment at most)."""
+        if every:
+            return [r.info for r in self.rows_sync(thread_id)]
+        for _ in range(_ATTEMPTS):
+            head = self.read_head(thread_id)
+            if head.end is None:
+                return []
+            try:
+                rec = self.lookup(head)(head.end)
+            except _Missing as e:
+                self._missing(thread_id, head, e)
+                continue
+            if rec is None:
+                raise CheckpointCorrupt("the head names a turn end it does not hold", thread_id=thread_id)
+            return [rec.info(thread_id)]
+        raise CheckpointConflict("the thread kept changing while it was read", thread_id=thread_id)
 
     def heads_sync(self) -> dict[str, _Head]:
         """Every thread with rows: thread id -> its head (listing the heads, reading each)."""
@@ -718,7 +746,7 @@ class S3History(HistoryStore):
             cid, write.created_at, meta, chain.head, chain.n, fh, digest, inline, blob, based, enc.depth, enc.chain
         )
         new.tail.append(rec)
-        new.top = max([*recs, rec], key=lambda r: r.key).cid
+        new.settle([*recs, rec])
         self._flush_tail(thread_id, tk, new, puts)
         with self._fields_lock:
             self._fields[tk] = (cid, fh, parts)
@@ -877,7 +905,7 @@ class S3History(HistoryStore):
             inline, blob = self._fields_object(tk, pack(fields_bytes), puts)
             rebuilt[r.cid] = replace(r, inline=inline, blob=blob, base=None, depth=0, chain=0)
         survivors = [rebuilt.get(r.cid, r) for r in recs if r.cid not in cids]
-        new.top = max(survivors, key=lambda r: r.key).cid if survivors else None
+        new.settle(survivors)
         for r in recs:
             if (r.cid in cids or r.cid in rebuilt) and r.blob is not None:
                 dropped_keys.append(r.blob)
@@ -1038,7 +1066,7 @@ class S3History(HistoryStore):
                 rows = [self._copied(source, dest, r, metadata) for r in recs]
                 new = _Head(dest, runs=list(src.runs), uses=sorted({*dst.uses, sk, *src.uses}))
                 new.users, new.keep = list(dst.users), list(dst.keep)
-                new.tail, new.top = rows, src.top
+                new.tail, new.top, new.end = rows, src.top, src.end
                 puts: list[tuple[str, bytes]] = []
                 self._flush_tail(dest, dk, new, puts)
                 self._put_blobs(puts)

@@ -199,6 +199,7 @@ class S3Backend(InTreeCheckpointer):
         self._chains = ChainCache()
         self._blobs = MessageBlobCache()
         self._repaired: set[str] = set()
+        self._failed: set[str] = set()  # threads whose projection write just failed (repaired when next touched)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -370,39 +371,52 @@ class S3Backend(InTreeCheckpointer):
                 self._infos.pop(k, None)
         return len(cids)
 
-    async def _sync_projection(self, thread_id: str, *, force: bool = False) -> None:
-        """Make the projection what the history says (missing envelopes written, stale ones removed,
-        ``_latest`` on the newest of the projection and tulip's own); ``force``: rewrite envelopes
-        whose save metadata changed (a prune re-links survivors)."""
+    async def _sync_projection(self, thread_id: str, *, force: bool = False, repair: bool = False) -> None:
+        """Make the projection what the history says: missing or differing envelopes written, stale
+        ones removed, ``_latest`` on the newest of the projection and tulip's own. Writes only what
+        differs (a load by a reader with read-only credentials writes nothing when all is in step).
+        ``force``: rewrite the projected envelopes even when their headers match; ``repair``: a
+        write that fails is a warning (the history answers either way), a read that fails raises."""
         envs = await self._envelopes(thread_id)
-        rows = [r.info for r in await self._run(self.store.rows_sync, thread_id)]
-        if self.every:
-            want = rows
-        else:
-            ends = [i for i in rows if is_turn_end(i.metadata)]
-            want = ends[:1]
+        want = await self._run(self.store.projected_sync, thread_id, self.every)
         projected = {cid for cid, (_, ours) in envs.items() if ours}
+        write: list[Checkpoint] = []
         for info in want:
             have = envs.get(info.checkpoint_id)
-            stale = have is None or not have[1] or (force and have[0].metadata != info.metadata)
-            if stale:
+            same = have is not None and have[1] and have[0].metadata == info.metadata
+            if force or not same or have is None or have[0].created_at != info.created_at:
                 try:
                     stored = await self._run(self.store.load_sync, thread_id, info.checkpoint_id)
                 except (CheckpointCorrupt, CheckpointNotFound):
                     continue  # a damaged row: its load and verify report it
                 if stored is not None:
-                    await self._write_envelope(stored.checkpoint)
-        await self._unlink(thread_id, sorted(projected - {i.checkpoint_id for i in want}))
+                    write.append(stored.checkpoint)
+        stale = sorted(projected - {i.checkpoint_id for i in want})
         foreign = [info for info, ours in envs.values() if not ours]
         top = newest_first([*want, *foreign])
-        if top or envs:  # a thread with nothing projected and nothing of tulip's has no pointer to fix
-            await self._point_latest(thread_id, top[0] if top else None)
-        self._repaired.add(thread_id)
+        pointer = await self._run(self._io.get, self._dir(thread_id) + LATEST) if (top or envs) else None
+        named = pointer.body.decode("utf-8", "replace").strip() if pointer is not None else None
+        repoint = (bool(top) and named != top[0].checkpoint_id) or (not top and pointer is not None)
+
+        async def writes() -> None:
+            for ckpt in write:
+                await self._write_envelope(ckpt)
+            await self._unlink(thread_id, stale)
+            if repoint:
+                await self._point_latest(thread_id, top[0] if top else None)
+
+        if repair:
+            await self._after_commit(thread_id, writes())
+        else:
+            await writes()
+        if thread_id not in self._failed:
+            self._repaired.add(thread_id)
+        self._failed.discard(thread_id)
 
     async def _repair(self, thread_id: str) -> None:
         """The first time this instance touches a thread: put its projection in step with the history."""
         if thread_id not in self._repaired:
-            await self._sync_projection(thread_id)
+            await self._sync_projection(thread_id, repair=True)
 
     # -- contract -----------------------------------------------------------------------------
     async def save(
@@ -450,6 +464,7 @@ class S3Backend(InTreeCheckpointer):
             await projection
         except OSError as e:  # BackendUnavailable is an OSError
             self._repaired.discard(thread_id)
+            self._failed.add(thread_id)
             warnings.warn(
                 f"tulip_nb: tulip's objects of thread {thread_id!r} in s3://{self.bucket}/{self._dir(thread_id)} could"
                 f" not be written ({e}); the history holds the thread, and they are written again when the thread"
@@ -653,8 +668,7 @@ class S3Backend(InTreeCheckpointer):
     async def check_mirror(self, thread_id: str) -> list[str]:
         """Problems with the thread's projection (none: tulip is shown what the history holds)."""
         envs = await self._envelopes(thread_id)
-        rows = [r.info for r in await self._run(self.store.rows_sync, thread_id)]
-        want = rows if self.every else [i for i in rows if is_turn_end(i.metadata)][:1]
+        want = await self._run(self.store.projected_sync, thread_id, self.every)
         projected = {cid for cid, (_, ours) in envs.items() if ours}
         problems = [f"{cid}: stale tulip envelope" for cid in sorted(projected - {i.checkpoint_id for i in want})]
         for info in want:
