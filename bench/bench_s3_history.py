@@ -59,6 +59,8 @@ class _Timed:
     def __init__(self, cp: Any, mark: int) -> None:
         self.cp, self.mark = cp, mark
         self.times: list[float] = []
+        self.written: list[tuple[str, int]] = []
+        self.per_save: list[tuple[int, int]] = []  # (history bytes, projection bytes) written by each save
         self.at_mark: tuple[dict[str, tuple[int, int]], int] | None = None
 
     async def save(self, state: AgentState, thread_id: str, **kwargs: Any) -> str:
@@ -66,9 +68,13 @@ class _Timed:
         if self.at_mark is None and users > self.mark:
             done = _cut(list(state.messages), self.mark)
             self.at_mark = (_stored(self.cp), sum(len(m.json_bytes()) for m in done))
+        before = len(self.written)
         t0 = time.perf_counter()
         cid: str = await self.cp.save(state, thread_id, **kwargs)
         self.times.append(time.perf_counter() - t0)
+        mine = self.written[before:]
+        history = sum(n for k, n in mine if k.startswith(self.cp.history_prefix))
+        self.per_save.append((history, sum(n for _, n in mine) - history))
         return cid
 
 
@@ -86,7 +92,11 @@ async def run(turns: int = 300) -> dict[str, Any]:
         bucket = f"bench-{uuid.uuid4().hex[:12]}"
         messages = _cut(build_conversation(4000), turns)
         cp = S3Backend(bucket, endpoint_url=url, **CREDS)
+        written: list[tuple[str, int]] = []  # (key, bytes) of every PUT
+        put = cp._io.put
+        cp._io.put = lambda key, body, *a, **kw: (written.append((key, len(body))), put(key, body, *a, **kw))[1]
         timed = _Timed(cp, 100)
+        timed.written = written
         t0 = time.perf_counter()
         state = await save_like_agent(timed, "conv", messages)
         wall = time.perf_counter() - t0
@@ -116,6 +126,12 @@ async def run(turns: int = 300) -> dict[str, Any]:
             "at100": timed.at_mark,
             "end": end,
             "head_bytes": head.size,
+            "history_written_first100": statistics.mean(h for h, _ in timed.per_save[:100]),
+            "history_written_last100": statistics.mean(h for h, _ in timed.per_save[-100:]),
+            "history_written_max": max(h for h, _ in timed.per_save),
+            "history_written_total": sum(h for h, _ in timed.per_save),
+            "projection_written_first100": statistics.mean(p for _, p in timed.per_save[:100]),
+            "projection_written_last100": statistics.mean(p for _, p in timed.per_save[-100:]),
             "load_latest_fresh_s": load_s,
             "load_gets": len(gets),
         }
@@ -148,6 +164,12 @@ def _main() -> None:
         f" {end['tulip'][1]}), {total / mj:.2f}x the messages' JSON"
     )
     print(f"head object: {r['head_bytes']} bytes")
+    print(
+        f"history bytes written per save: first 100 {r['history_written_first100'] / 1e3:.1f} kB, last 100"
+        f" {r['history_written_last100'] / 1e3:.1f} kB (max {r['history_written_max'] / 1e3:.0f} kB, all saves"
+        f" {r['history_written_total'] / 1e6:.2f} MB); tulip's projection per save: first 100"
+        f" {r['projection_written_first100'] / 1e3:.1f} kB, last 100 {r['projection_written_last100'] / 1e3:.1f} kB"
+    )
     print(f"load latest, fresh instance: {1000 * r['load_latest_fresh_s']:.0f} ms, {r['load_gets']} GETs")
 
 
