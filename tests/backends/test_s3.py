@@ -14,6 +14,7 @@ import pytest
 
 from tulip_nb.core import BackendUnavailable, CheckpointConflict, UserError
 from tulip_nb.memory.checkpointer import BaseCheckpointer, caller_metadata
+from tulip_nb.memory.rest_delta import unpack
 
 from .conformance import full_state
 from .factories.remote import S3_CREDENTIALS, free_port, moto_endpoint, new_bucket
@@ -96,7 +97,7 @@ async def test_two_processes_compare_and_swap_one_conflict(bucket: str, raw: Any
         }
         history = keys(raw, bucket, "tulip/checkpoints.history/")
         heads = [k for k in history if "/h/" in k]
-        named = b"".join(raw.get_object(Bucket=bucket, Key=k)["Body"].read() for k in heads)
+        named = b"".join(unpack(raw.get_object(Bucket=bucket, Key=k)["Body"].read()) for k in heads)
         assert len(heads) == 1 and all(k.encode() in named for k in history if k not in heads), history
     finally:
         await a.close()
