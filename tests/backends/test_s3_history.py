@@ -177,3 +177,37 @@ async def test_an_edited_row_is_checkpoint_corrupt(s3: Any, bucket: str) -> None
             await fresh.load("t")
     finally:
         await fresh.close()
+
+
+async def test_sharing_and_collection_keep_the_books(s3: Any, bucket: str) -> None:
+    """Copies, forks, prunes and deletes in turn: after each, every object a head names is there,
+    nothing is left unnamed, and each sharing is recorded on both heads; at the end nothing is left."""
+    state = await grow(s3, "a", 12)
+    assert await s3.check_store() == []
+    await s3.copy_thread("a", "b")
+    await s3.copy_thread("b", "c")  # c reaches a's objects through b
+    fork = state.model_copy()
+    fork.messages = [*state.messages, Message.user("fork")]
+    await s3.save(fork, "f", metadata={"source": "fork", "forked_from": "b"}, expected_parent="")
+    assert await s3.check_store() == []
+    assert await s3.prune("a", keep_last=3) > 0
+    await grow(s3, "a", 2, seed=1)  # a's history grows again after the prune
+    await s3.delete("a")
+    await s3.delete("b")  # both tombstones now: c and f still reach their objects
+    assert await s3.check_store() == []
+    assert await s3.list_threads() == ["c", "f"]
+    fresh = _backend(bucket)
+    try:
+        assert (await fresh.load("c")).model_dump() == state.model_dump()  # type: ignore[union-attr]
+        assert (await fresh.load("f")).model_dump() == fork.model_dump()  # type: ignore[union-attr]
+        assert (await verify_thread(fresh, "c")).ok
+        await fresh.delete("c")
+        await fresh.delete("f")
+        assert await fresh.check_store() == []
+        assert sizes(fresh, HISTORY) == {}
+        s3._io.client.put_object(Bucket=bucket, Key=f"{HISTORY}o/x/bdead", Body=b"left by a killed writer")
+        assert await fresh.check_store() == [
+            f"unreferenced object {HISTORY}o/x/bdead (a writer stopped before its commit)"
+        ]
+    finally:
+        await fresh.close()

@@ -1101,6 +1101,42 @@ class S3History(HistoryStore):
         return replace(r, meta=meta, digest=digest)
 
     # -- checks -------------------------------------------------------------------------------
+    def integrity_sync(self) -> list[str]:
+        """The store's bookkeeping, checked ([] when all is well): every object a head names exists,
+        every object is named by its owner's head (an unnamed one was left by a writer killed before
+        its commit: a leak, not a wrong answer), and each ``uses`` is matched by the owner's ``users``."""
+        listed = {o.key for o in self.io.list_keys(self.root)}
+        heads: dict[str, _Head] = {}
+        problems: list[str] = []
+        for key in sorted(k for k in listed if k.startswith(f"{self.root}h/")):
+            tk = key.rsplit("/", 1)[-1]
+            try:
+                head = self._read_head_by_key(tk)
+            except CheckpointCorrupt as e:
+                problems.append(f"head {tk}: {e.message}")
+                continue
+            if head is not None:
+                heads[tk] = head
+        named: set[str] = set()
+        for tk, head in heads.items():
+            try:
+                recs = self.recs(head)
+            except (_Missing, CheckpointCorrupt) as e:
+                problems.append(f"{head.thread!r}: a segment cannot be read ({e})")
+                recs = list(head.tail)
+            keys = [s["k"] for s in head.segs] + [r["k"] for r in head.runs] + [r.blob for r in recs if r.blob]
+            for key in [*keys, *head.keep]:
+                named.add(key)
+                if key not in listed and key in keys:
+                    problems.append(f"{head.thread!r}: names missing object {key}")
+            for owner in head.uses:
+                if owner not in heads or tk not in heads[owner].users:
+                    problems.append(f"{head.thread!r}: uses {owner}, which does not list it among its users")
+        for key in sorted(listed - named):
+            if key.startswith(f"{self.root}o/"):
+                problems.append(f"unreferenced object {key} (a writer stopped before its commit)")
+        return problems
+
     def objects_sync(self) -> list[tuple[str, int]]:
         """Every object of the history (key, size): what it stores."""
         return [(o.key, o.size) for o in self.io.list_keys(self.root)]

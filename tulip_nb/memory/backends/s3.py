@@ -665,6 +665,11 @@ class S3Backend(InTreeCheckpointer):
         return rule
 
     # -- checks -------------------------------------------------------------------------------
+    async def check_store(self) -> list[str]:
+        """The history's bookkeeping: objects named and present, sharing recorded both ways ([]: all
+        is well). ``tulip-nb verify`` runs it."""
+        return await self._run(self.store.integrity_sync)
+
     async def check_mirror(self, thread_id: str) -> list[str]:
         """Problems with the thread's projection (none: tulip is shown what the history holds)."""
         envs = await self._envelopes(thread_id)
