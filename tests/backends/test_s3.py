@@ -248,3 +248,23 @@ async def test_s3_checkpointer_returns_the_backend_unchanged(bucket: str) -> Non
         assert cp.capabilities.persistent_checkpoint_ids and cp.capabilities.branching
     finally:
         await cp.close()
+
+
+async def test_two_processes_leave_tulip_the_newest_turn_end(bucket: str, raw: Any) -> None:
+    """The projection is written after each commit, by whichever process saved; each re-checks it
+    against the history afterwards, so tulip ends up shown the newest turn end, once."""
+    a, b = _backend(bucket), _backend(bucket)
+    try:
+        await asyncio.gather(*(cp.save(full_state(marker=str(i)), "shared") for i in range(5) for cp in (a, b)))
+        fresh = _backend(bucket)
+        try:
+            assert await fresh.check_mirror("shared") == []
+            newest = (await fresh.list_checkpoint_infos("shared", 1))[0].checkpoint_id
+            base = "tulip/checkpoints/shared/"
+            assert set(keys(raw, bucket)) == {f"{base}{newest}.json", f"{base}{newest}.meta.json", f"{base}_latest"}
+            assert await fresh.check_store() == []
+        finally:
+            await fresh.close()
+    finally:
+        await a.close()
+        await b.close()

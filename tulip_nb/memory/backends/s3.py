@@ -354,14 +354,15 @@ class S3Backend(InTreeCheckpointer):
         stamp = {_CREATED_AT_META: iso_offset(info.created_at)}
         await self._run(self._io.put, key, info.checkpoint_id.encode(), "text/plain", metadata=stamp)
 
-    async def _project_saved(self, ckpt: Checkpoint, previous: dict[str, tuple[CheckpointInfo, bool]]) -> None:
-        """After a committed save: its envelope and ``_latest``; in the default layout the
-        previous projection goes (``previous``: the thread's envelopes as listed before the save)."""
+    async def _project_saved(self, ckpt: Checkpoint) -> None:
+        """After a committed save: its envelope and ``_latest``. In the default layout the thread is
+        then checked again (listed after the commit, against the head's newest turn end), so a
+        writer in another process that projected an older turn end meanwhile is undone by whichever
+        of the two checks last: the projection converges on the history's newest turn end."""
         await self._write_envelope(ckpt)
         await self._point_latest(ckpt.thread_id, ckpt.info)
         if not self.every:
-            stale = [cid for cid, (_, ours) in previous.items() if ours and cid != ckpt.checkpoint_id]
-            await self._unlink(ckpt.thread_id, stale)
+            await self._sync_projection(ckpt.thread_id)
 
     async def _unlink(self, thread_id: str, cids: Sequence[str]) -> int:
         keys = [self._key(thread_id, c, s) for c in cids for s in (".json", ".meta.json")]
@@ -453,7 +454,7 @@ class S3Backend(InTreeCheckpointer):
             self._chains.stored(thread_id, chain)
             if self.every or is_turn_end(write.metadata):
                 saved = Checkpoint(cid, thread_id, write.created_at, state, write.metadata)
-                await self._after_commit(thread_id, self._project_saved(saved, envs))
+                await self._after_commit(thread_id, self._project_saved(saved))
         return cid
 
     async def _after_commit(self, thread_id: str, projection: Awaitable[None]) -> None:
