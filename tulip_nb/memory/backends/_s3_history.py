@@ -34,7 +34,6 @@ lost a race with is never shared, and the writer removes it.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
 import hashlib
@@ -44,20 +43,27 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
-from tulip_nb.core import iso_offset, parse_datetime
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
 from tulip_nb.core.fastload import gc_paused, messages_from_json
 from tulip_nb.core.keys import FORKED_FROM_KEY
 from tulip_nb.core.messages import Message
-from tulip_nb.memory.backends._history_dir import is_turn_end
 from tulip_nb.memory.backends._s3_io import S3IO, PreconditionFailed
+from tulip_nb.memory.backends._s3_records import (
+    Head,
+    Rec,
+    RunContent,
+    by_key,
+    hex_id,
+    run_body,
+    thread_key,
+    unhex_id,
+)
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 from tulip_nb.memory.history import (
     HistoryStore,
@@ -89,196 +95,12 @@ _HEAD_TYPE = "application/octet-stream"
 _BLOB_TYPE = "application/octet-stream"
 
 
-def thread_key(thread_id: str) -> str:
-    """The name of a thread in the history's keys (its id may hold anything)."""
-    return hashlib.sha256(thread_id.encode()).hexdigest()[:40]
-
-
-def _hex(b: bytes | None) -> str | None:
-    return b.hex() if b is not None else None
-
-
-def _unhex(s: Any, *, where: str) -> bytes | None:
-    if s is None:
-        return None
-    try:
-        return bytes.fromhex(s)
-    except (TypeError, ValueError):
-        raise CheckpointCorrupt(f"a stored entry id is not hex: {s!r}", path=where) from None
-
-
 class _Missing(Exception):
     """An object the head names is gone (a concurrent writer collected it, or it was lost)."""
 
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
-
-
-@dataclass(slots=True)
-class _Rec:
-    """One checkpoint row as stored (in the head's tail or a segment)."""
-
-    cid: str
-    at: datetime
-    meta: bytes
-    head: bytes | None
-    n: int
-    fh: bytes
-    digest: bytes
-    inline: bytes | None
-    blob: str | None
-    base: str | None
-    depth: int
-    chain: int
-
-    @property
-    def key(self) -> tuple[datetime, str]:
-        return (self.at, self.cid)
-
-    @property
-    def turn_end(self) -> bool:
-        return is_turn_end(orjson.loads(self.meta))
-
-    def obj(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "c": self.cid,
-            "t": iso_offset(self.at),
-            "m": self.meta.decode(),
-            "h": _hex(self.head),
-            "n": self.n,
-            "fh": self.fh.hex(),
-            "d": self.digest.hex(),
-            "b": self.base,
-            "dp": self.depth,
-            "ch": self.chain,
-        }
-        if self.blob is not None:
-            out["k"] = self.blob
-        else:
-            out["x"] = base64.b64encode(self.inline or b"").decode()
-        return out
-
-    @classmethod
-    def parse(cls, o: Any, *, where: str) -> _Rec:
-        try:
-            inline = base64.b64decode(o["x"]) if "x" in o else None
-            return cls(
-                str(o["c"]),
-                parse_datetime(o["t"]),
-                str(o["m"]).encode(),
-                _unhex(o["h"], where=where),
-                int(o["n"]),
-                bytes.fromhex(o["fh"]),
-                bytes.fromhex(o["d"]),
-                inline,
-                str(o["k"]) if "k" in o else None,
-                o["b"] if o["b"] is None else str(o["b"]),
-                int(o["dp"]),
-                int(o["ch"]),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointCorrupt(f"a stored checkpoint row cannot be read: {e!r}", path=where) from e
-
-    def row(self, thread_id: str) -> Row:
-        return Row(thread_id, self.cid, self.at, orjson.loads(self.meta), self.n)
-
-    def info(self, thread_id: str) -> CheckpointInfo:
-        return CheckpointInfo(self.cid, thread_id, self.at, orjson.loads(self.meta))
-
-
-@dataclass
-class _Head:
-    """A thread's head object as read (``etag`` None: there is none)."""
-
-    thread: str
-    etag: str | None = None
-    gone: bool = False
-    segs: list[dict[str, Any]] = field(default_factory=list)
-    tail: list[_Rec] = field(default_factory=list)
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    uses: list[str] = field(default_factory=list)
-    users: list[str] = field(default_factory=list)
-    keep: list[str] = field(default_factory=list)
-    top: str | None = None
-    """The id of the newest row (by ``created_at``, then id): a load of the latest reads only it."""
-    end: str | None = None
-    """The id of the newest turn end (what the default projection shows tulip)."""
-
-    def settle(self, recs: Sequence[_Rec]) -> None:
-        """Name the newest row and the newest turn end among ``recs`` (the head's rows)."""
-        self.top = max(recs, key=lambda r: r.key).cid if recs else None
-        ends = [r for r in recs if r.turn_end]
-        self.end = max(ends, key=lambda r: r.key).cid if ends else None
-
-    @property
-    def has_rows(self) -> bool:
-        return bool(self.segs or self.tail)
-
-    def body(self) -> bytes:
-        """The head's JSON, packed (``rest_delta.pack``: zlib over 512 bytes; its hex ids halve)."""
-        return pack(
-            orjson.dumps(
-                {
-                    "v": 1,
-                    "thread": self.thread,
-                    "gone": self.gone,
-                    "segs": self.segs,
-                    "tail": [r.obj() for r in self.tail],
-                    "runs": self.runs,
-                    "uses": sorted(set(self.uses)),
-                    "users": sorted(set(self.users)),
-                    "keep": sorted(set(self.keep)),
-                    "top": self.top,
-                    "end": self.end,
-                }
-            )
-        )
-
-    @classmethod
-    def parse(cls, body: bytes, etag: str, thread_id: str | None, *, where: str) -> _Head:
-        try:
-            o = orjson.loads(unpack(body))
-            if not isinstance(o, dict) or o.get("v") != 1:
-                raise ValueError("not a version-1 head object")
-            head = cls(
-                str(o["thread"]),
-                etag,
-                bool(o["gone"]),
-                list(o["segs"]),
-                [_Rec.parse(r, where=where) for r in o["tail"]],
-                list(o["runs"]),
-                [str(u) for u in o["uses"]],
-                [str(u) for u in o["users"]],
-                [str(k) for k in o["keep"]],
-                None if o["top"] is None else str(o["top"]),
-                None if o["end"] is None else str(o["end"]),
-            )
-        except (PatchError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise CheckpointCorrupt(f"the thread's head object cannot be read: {e}", path=where) from e
-        if thread_id is not None and head.thread != thread_id:
-            raise CheckpointCorrupt(f"the head object belongs to thread {head.thread!r}", path=where)
-        return head
-
-
-@dataclass(frozen=True)
-class _Run:
-    """A run's content, verified: its entry ids and messages (oldest first)."""
-
-    parent: bytes | None
-    ids: list[bytes]
-    data: list[bytes]
-    messages: list[Message]
-    size: int
-
-
-def _run_body(parent: bytes | None, data: Sequence[bytes]) -> bytes:
-    header = orjson.dumps({"v": 1, "p": _hex(parent), "lens": [len(d) for d in data]})
-    return pack(header + b"\n" + b"".join(data))
-
-
-def _sorted(recs: list[_Rec]) -> list[_Rec]:
-    return sorted(recs, key=lambda r: r.key)
 
 
 class S3History(HistoryStore):
@@ -298,11 +120,11 @@ class S3History(HistoryStore):
         self._cache: OrderedDict[str, tuple[int, Any]] = OrderedDict()
         self._cache_bytes = 0
         self._cache_lock = threading.Lock()
-        self._heads: dict[str, _Head] = {}  # thread key -> the head this instance last wrote or read
+        self._heads: dict[str, Head] = {}  # thread key -> the head this instance last wrote or read
         # thread key -> (cid, fields hash, parts) of this instance's newest save (its next patch's base)
         self._fields: OrderedDict[str, tuple[str, bytes, Parts]] = OrderedDict()
         self._fields_lock = threading.Lock()
-        self._listed: dict[str, tuple[str, _Head]] = {}  # head key -> (ETag, head) as last listed and read
+        self._listed: dict[str, tuple[str, Head]] = {}  # head key -> (ETag, head) as last listed and read
 
     def __repr__(self) -> str:
         return f"S3History(bucket={self.io.bucket!r}, root={self.root!r})"
@@ -361,23 +183,23 @@ class S3History(HistoryStore):
             self.io.delete_keys(keys)
 
     # -- heads --------------------------------------------------------------------------------
-    def read_head(self, thread_id: str) -> _Head:
+    def read_head(self, thread_id: str) -> Head:
         tk = thread_key(thread_id)
         key = self.head_key(tk)
         got = self.io.get(key)
         if got is None:
             self._heads.pop(tk, None)
-            return _Head(thread_id)
-        head = _Head.parse(got.body, got.etag, thread_id, where=self._where(key))
+            return Head(thread_id)
+        head = Head.parse(got.body, got.etag, thread_id, where=self._where(key))
         self._heads[tk] = head
         return head
 
-    def _read_head_by_key(self, tk: str) -> _Head | None:
+    def _read_head_by_key(self, tk: str) -> Head | None:
         key = self.head_key(tk)
         got = self.io.get(key)
-        return _Head.parse(got.body, got.etag, None, where=self._where(key)) if got is not None else None
+        return Head.parse(got.body, got.etag, None, where=self._where(key)) if got is not None else None
 
-    def _swap(self, tk: str, head: _Head, was: str | None) -> _Head:
+    def _swap(self, tk: str, head: Head, was: str | None) -> Head:
         """Write ``head`` if the stored head is still ``was`` (None: there is none); PreconditionFailed if not."""
         key = self.head_key(tk)
         try:
@@ -399,35 +221,35 @@ class S3History(HistoryStore):
             self._heads.pop(tk, None)
 
     # -- rows ---------------------------------------------------------------------------------
-    def _segment(self, key: str) -> list[_Rec]:
+    def _segment(self, key: str) -> list[Rec]:
         hit = self._cached(key)
         if hit is not None:
             return list(hit)
         body = self._get_blob(key)
         try:
             obj = orjson.loads(unpack(body))
-            recs = [_Rec.parse(r, where=self._where(key)) for r in obj["rows"]]
+            recs = [Rec.parse(r, where=self._where(key)) for r in obj["rows"]]
         except (PatchError, orjson.JSONDecodeError, KeyError, TypeError) as e:
             raise CheckpointCorrupt(f"a segment of checkpoint rows cannot be read: {e}", path=self._where(key)) from e
         self._remember(key, len(body) * 4, recs)
         return list(recs)
 
-    def lookup(self, head: _Head) -> Callable[[str], _Rec | None]:
+    def lookup(self, head: Head) -> Callable[[str], Rec | None]:
         """Find a row by id: the head's rows first, then its segments newest first, each read only
         when needed (a load of a recent checkpoint reads the head and a segment or two)."""
-        found: dict[str, _Rec] = {r.cid: r for r in head.tail}
+        found: dict[str, Rec] = {r.cid: r for r in head.tail}
         pending = [s["k"] for s in head.segs]
 
-        def get(cid: str) -> _Rec | None:
+        def get(cid: str) -> Rec | None:
             while cid not in found and pending:
                 found.update((r.cid, r) for r in self._segment(pending.pop()))
             return found.get(cid)
 
         return get
 
-    def recs(self, head: _Head) -> list[_Rec]:
+    def recs(self, head: Head) -> list[Rec]:
         """Every row of the thread (segments in parallel, cached: they never change)."""
-        out: list[_Rec] = []
+        out: list[Rec] = []
         for recs in self._fetch.map(self._segment, [s["k"] for s in head.segs]):
             out.extend(recs)
         out.extend(head.tail)
@@ -435,10 +257,10 @@ class S3History(HistoryStore):
 
     def rows_sync(self, thread_id: str, limit: int | None = None) -> list[Row]:
         recs = self._fresh_recs(thread_id)[1]
-        ordered = _sorted(recs)[::-1]
+        ordered = by_key(recs)[::-1]
         return [r.row(thread_id) for r in (ordered if limit is None else ordered[: max(limit, 0)])]
 
-    def _fresh_recs(self, thread_id: str) -> tuple[_Head, list[_Rec]]:
+    def _fresh_recs(self, thread_id: str) -> tuple[Head, list[Rec]]:
         """The head and its rows, re-read when a segment vanished under a concurrent rewrite."""
         for _ in range(_ATTEMPTS):
             head = self.read_head(thread_id)
@@ -448,7 +270,7 @@ class S3History(HistoryStore):
                 self._missing(thread_id, head, e)
         raise CheckpointConflict("the thread kept changing while it was read", thread_id=thread_id)
 
-    def _missing(self, thread_id: str, head: _Head, e: _Missing) -> None:
+    def _missing(self, thread_id: str, head: Head, e: _Missing) -> None:
         """An object the head names is gone: fine if the head moved on meanwhile, else corruption."""
         again = self.read_head(thread_id)
         if again.etag == head.etag:
@@ -475,11 +297,11 @@ class S3History(HistoryStore):
             return [rec.info(thread_id)]
         raise CheckpointConflict("the thread kept changing while it was read", thread_id=thread_id)
 
-    def heads_sync(self) -> dict[str, _Head]:
+    def heads_sync(self) -> dict[str, Head]:
         """Every thread with rows: thread id -> its head (listing the heads, reading each)."""
         listed = list(self.io.list_keys(f"{self.root}h/"))
 
-        def one(obj: Any) -> _Head | None:
+        def one(obj: Any) -> Head | None:
             seen = self._listed.get(obj.key)
             if seen is not None and seen[0] == obj.etag:  # unchanged since it was last read
                 return seen[1]
@@ -488,7 +310,7 @@ class S3History(HistoryStore):
                 self._listed[obj.key] = (head.etag, head)
             return head
 
-        out: dict[str, _Head] = {}
+        out: dict[str, Head] = {}
         for head in self._fetch.map(one, listed):
             if head is not None and head.has_rows:
                 out[head.thread] = head
@@ -505,11 +327,11 @@ class S3History(HistoryStore):
             except _Missing:
                 head, recs = self._fresh_recs(tid)
             if recs:
-                out[tid] = [r.row(tid) for r in _sorted(recs)[::-1]]
+                out[tid] = [r.row(tid) for r in by_key(recs)[::-1]]
         return out
 
     # -- runs (messages) ----------------------------------------------------------------------
-    def _run_content(self, run: dict[str, Any], thread_id: str, body: bytes | None = None) -> _Run:
+    def _run_content(self, run: dict[str, Any], thread_id: str, body: bytes | None = None) -> RunContent:
         """A run's messages, every one re-hashed against the chain of entry ids (cached: it never changes)."""
         key = str(run["k"])
         hit = self._cached(key)
@@ -523,7 +345,7 @@ class S3History(HistoryStore):
             nl = raw.index(b"\n")
             header = orjson.loads(raw[:nl])
             lens = [int(x) for x in header["lens"]]
-            parent = _unhex(header["p"], where=where)
+            parent = unhex_id(header["p"], where=where)
         except (PatchError, ValueError, KeyError, TypeError, orjson.JSONDecodeError) as e:
             raise CheckpointCorrupt(f"a batch of messages cannot be read: {e}", path=where, thread_id=thread_id) from e
         data: list[bytes] = []
@@ -531,14 +353,14 @@ class S3History(HistoryStore):
         for n in lens:
             data.append(raw[pos : pos + n])
             pos += n
-        if pos != len(raw) or len(data) != int(run["n"]) or parent != _unhex(run["p"], where=where):
+        if pos != len(raw) or len(data) != int(run["n"]) or parent != unhex_id(run["p"], where=where):
             raise CheckpointCorrupt("a batch of messages does not match its record", path=where, thread_id=thread_id)
         ids: list[bytes] = []
         eid = parent
         for d in data:
             eid = entry_id(eid, d)
             ids.append(eid)
-        if ids and ids[-1] != _unhex(run["h"], where=where):
+        if ids and ids[-1] != unhex_id(run["h"], where=where):
             raise CheckpointCorrupt(
                 "a batch of messages no longer matches its entry ids (stored bytes changed)",
                 path=where,
@@ -549,11 +371,11 @@ class S3History(HistoryStore):
                 messages = messages_from_json(orjson.loads(b"[" + b",".join(data) + b"]"))
             except (orjson.JSONDecodeError, ValidationError) as e:
                 raise CheckpointCorrupt(f"stored messages cannot be read: {e}", path=where, thread_id=thread_id) from e
-        content = _Run(parent, ids, data, messages, len(raw))
+        content = RunContent(parent, ids, data, messages, len(raw))
         self._remember(key, len(raw) * 3, content)
         return content
 
-    def _messages(self, thread_id: str, head: _Head, rec: _Rec) -> tuple[list[Message], list[bytes]]:
+    def _messages(self, thread_id: str, head: Head, rec: Rec) -> tuple[list[Message], list[bytes]]:
         """The row's messages and entry ids (oldest first), walked back from its head entry."""
         n = rec.n
         if n == 0:
@@ -563,7 +385,7 @@ class S3History(HistoryStore):
         runs = [r for r in head.runs if int(r["i"]) < n]
         fetched = self._fetch.map(lambda r: self._run_content(r, thread_id), runs)
         contents = dict(zip([r["k"] for r in runs], fetched, strict=True))
-        pieces: list[tuple[_Run, int]] = []
+        pieces: list[tuple[RunContent, int]] = []
         pos, want = n, rec.head
         while pos > 0:
             found = None
@@ -591,7 +413,7 @@ class S3History(HistoryStore):
         return messages, ids
 
     # -- fields -------------------------------------------------------------------------------
-    def _fields_blob(self, rec: _Rec, thread_id: str) -> bytes:
+    def _fields_blob(self, rec: Rec, thread_id: str) -> bytes:
         if rec.blob is None:
             return rec.inline or b""
         hit = self._cached(rec.blob)
@@ -600,7 +422,7 @@ class S3History(HistoryStore):
             self._remember(rec.blob, len(hit), hit)
         return hit  # type: ignore[no-any-return]
 
-    def _rebuild(self, thread_id: str, by_id: Callable[[str], _Rec | None], rec: _Rec) -> dict[str, Any]:
+    def _rebuild(self, thread_id: str, by_id: Callable[[str], Rec | None], rec: Rec) -> dict[str, Any]:
         """A row's whole fields: its snapshot, or its base's rebuilt and its patch applied; verified."""
         ctx: dict[str, Any] = {"thread_id": thread_id, "checkpoint_id": rec.cid}
         chain, base = [rec], rec.base
@@ -633,7 +455,7 @@ class S3History(HistoryStore):
                 self._missing(thread_id, head, e)
         raise CheckpointConflict("the thread kept changing while it was loaded", thread_id=thread_id)
 
-    def _load(self, thread_id: str, head: _Head, checkpoint_id: str | None) -> StoredCheckpoint | None:
+    def _load(self, thread_id: str, head: Head, checkpoint_id: str | None) -> StoredCheckpoint | None:
         by_id = self.lookup(head)
         if checkpoint_id is None:
             if not head.has_rows:
@@ -692,7 +514,7 @@ class S3History(HistoryStore):
                 return Row(thread_id, write.checkpoint_id, write.created_at, write.metadata, write.chain.n), write
         raise CheckpointConflict(f"gave up after {_ATTEMPTS} racing writers", thread_id=thread_id)
 
-    def _stored_prefix(self, head: _Head, recs: list[_Rec], ids: Sequence[bytes], n: int) -> int:
+    def _stored_prefix(self, head: Head, recs: list[Rec], ids: Sequence[bytes], n: int) -> int:
         """How many leading messages of the chain the thread's runs hold already (ends of runs and
         heads of rows are the entries a save can recognise without reading any run)."""
         have = 0
@@ -704,8 +526,8 @@ class S3History(HistoryStore):
         return have
 
     def _with_row(
-        self, thread_id: str, tk: str, head: _Head, recs: list[_Rec], write: RowWrite
-    ) -> tuple[_Head, list[tuple[str, bytes]], list[str]]:
+        self, thread_id: str, tk: str, head: Head, recs: list[Rec], write: RowWrite
+    ) -> tuple[Head, list[tuple[str, bytes]], list[str]]:
         """The head after ``write``, the objects to PUT first, and the own objects it stops naming."""
         cid, chain = write.checkpoint_id, write.chain
         try:
@@ -724,14 +546,14 @@ class S3History(HistoryStore):
         if have < chain.n:
             data = [chain.data(i) for i in range(have, chain.n)]
             parent = chain.ids[have - 1] if have else None
-            body = _run_body(parent, data)
+            body = run_body(parent, data)
             key = self._new_key(tk, "b", body)
             puts.append((key, body))
             ids = list(chain.ids[have : chain.n])
             messages = list(chain.messages[have : chain.n])
-            self._remember(key, sum(map(len, data)) * 3, _Run(parent, ids, data, messages, sum(map(len, data))))
+            self._remember(key, sum(map(len, data)) * 3, RunContent(parent, ids, data, messages, sum(map(len, data))))
             new.runs.append(
-                {"k": key, "i": have, "n": chain.n - have, "p": _hex(parent), "h": ids[-1].hex(), "l": 0, "o": tk}
+                {"k": key, "i": have, "n": chain.n - have, "p": hex_id(parent), "h": ids[-1].hex(), "l": 0, "o": tk}
             )
             dropped += self._merge_runs(thread_id, tk, new, puts)
         by_id = {r.cid: r for r in recs}
@@ -745,7 +567,7 @@ class S3History(HistoryStore):
         digest = row_digest(thread_id, cid, write.created_at, meta, chain.head, chain.n, fh)
         inline, blob = self._fields_object(tk, enc.blob, puts)
         based = base.cid if enc.patch and base is not None else None
-        rec = _Rec(
+        rec = Rec(
             cid, write.created_at, meta, chain.head, chain.n, fh, digest, inline, blob, based, enc.depth, enc.chain
         )
         new.tail.append(rec)
@@ -766,7 +588,7 @@ class S3History(HistoryStore):
         self._remember(key, len(packed), packed)
         return None, key
 
-    def _flush_tail(self, thread_id: str, tk: str, new: _Head, puts: list[tuple[str, bytes]]) -> None:
+    def _flush_tail(self, thread_id: str, tk: str, new: Head, puts: list[tuple[str, bytes]]) -> None:
         while len(new.tail) >= SEGMENT_ROWS:
             chunk, new.tail = new.tail[:SEGMENT_ROWS], new.tail[SEGMENT_ROWS:]
             body = pack(orjson.dumps({"v": 1, "thread": thread_id, "rows": [r.obj() for r in chunk]}))
@@ -775,7 +597,7 @@ class S3History(HistoryStore):
             self._remember(key, len(body) * 4, list(chunk))
             new.segs.append({"k": key, "n": len(chunk)})
 
-    def _merge_runs(self, thread_id: str, tk: str, new: _Head, puts: list[tuple[str, bytes]]) -> list[str]:
+    def _merge_runs(self, thread_id: str, tk: str, new: Head, puts: list[tuple[str, bytes]]) -> list[str]:
         """Merge the last FANOUT runs while they are this thread's, of one level and contiguous."""
         dropped: list[str] = []
         while len(new.runs) >= FANOUT:
@@ -789,9 +611,9 @@ class S3History(HistoryStore):
             contents = list(self._fetch.map(functools.partial(self._run_content_pending, pending, thread_id), last))
             data = [d for c in contents for d in c.data]
             parent = contents[0].parent
-            body = _run_body(parent, data)
+            body = run_body(parent, data)
             key = self._new_key(tk, "b", body)
-            merged = _Run(
+            merged = RunContent(
                 parent, [i for c in contents for i in c.ids], data, [m for c in contents for m in c.messages], 0
             )
             self._remember(key, sum(map(len, data)) * 3, merged)
@@ -813,12 +635,12 @@ class S3History(HistoryStore):
             ]
         return dropped
 
-    def _run_content_pending(self, pending: dict[str, bytes], thread_id: str, run: dict[str, Any]) -> _Run:
+    def _run_content_pending(self, pending: dict[str, bytes], thread_id: str, run: dict[str, Any]) -> RunContent:
         """A run's content, from the bytes this save is about to write when it is one of them."""
         return self._run_content(run, thread_id, pending.get(run["k"]))
 
     def _base_parts(
-        self, thread_id: str, tk: str, by_id: Callable[[str], _Rec | None], base: _Rec | None
+        self, thread_id: str, tk: str, by_id: Callable[[str], Rec | None], base: Rec | None
     ) -> Parts | None:
         """The parts of the row a new save patches against: this instance's newest save when it is
         still that row (same id and fields hash), else rebuilt; None when it cannot be (corrupt)."""
@@ -832,7 +654,7 @@ class S3History(HistoryStore):
         except (CheckpointCorrupt, PatchError):
             return None
 
-    def _share_fork(self, thread_id: str, tk: str, new: _Head, write: RowWrite) -> None:
+    def _share_fork(self, thread_id: str, tk: str, new: Head, write: RowWrite) -> None:
         """A fork's first save (``forked_from`` names a thread): point at the source's runs instead
         of writing its messages again, when the source (read now) holds them. The source records
         the fork among its users first (a CAS conditional on the head just read), so a delete or
@@ -862,14 +684,14 @@ class S3History(HistoryStore):
             new.uses = sorted({*new.uses, sk, *src.uses})
             return
 
-    def _keep_for_users(self, tk: str, new: _Head, dropped: list[str]) -> _Head:
+    def _keep_for_users(self, tk: str, new: Head, dropped: list[str]) -> Head:
         """Own objects the new head stops naming are kept (named in ``keep``) while others use them."""
         own = [k for k in dropped if k.startswith(self.owner_prefix(tk))]
         if new.users and own:
             new.keep = sorted({*new.keep, *own})
         return new
 
-    def _collect(self, new: _Head, dropped: list[str]) -> None:
+    def _collect(self, new: Head, dropped: list[str]) -> None:
         """After a committed swap: delete the own objects no head names any more (none while others use them)."""
         if new.users:
             return
@@ -891,13 +713,13 @@ class S3History(HistoryStore):
 
     # -- drop and rewrite ---------------------------------------------------------------------
     def _drop(
-        self, thread_id: str, tk: str, new: _Head, recs: list[_Rec], cids: set[str], puts: list[tuple[str, bytes]]
-    ) -> tuple[list[_Rec], list[str]]:
+        self, thread_id: str, tk: str, new: Head, recs: list[Rec], cids: set[str], puts: list[tuple[str, bytes]]
+    ) -> tuple[list[Rec], list[str]]:
         """Rows without ``cids``: survivors that patch a dropped row are written whole first; the
         head's rows are re-laid (segments of the survivors) and its runs cut to those still reached."""
         by_id = {r.cid: r for r in recs}
         dropped_keys: list[str] = []
-        rebuilt: dict[str, _Rec] = {}
+        rebuilt: dict[str, Rec] = {}
         for r in recs:
             if r.cid in cids or r.base not in cids:
                 continue
@@ -930,10 +752,10 @@ class S3History(HistoryStore):
         with self._locked(tk):
             for _ in range(_ATTEMPTS):
                 head, recs = self._fresh_recs(thread_id)
-                ordered = _sorted(recs)[::-1]
+                ordered = by_key(recs)[::-1]
                 change = plan([r.info(thread_id) for r in ordered])
                 drop = {c for c in change.drop if any(r.cid == c for r in recs)}
-                updates: dict[str, _Rec] = {}
+                updates: dict[str, Rec] = {}
                 for cid, metadata in change.metadata.items():
                     r = next((x for x in recs if x.cid == cid), None)
                     if r is None or cid in drop:
@@ -965,7 +787,7 @@ class S3History(HistoryStore):
                 return len(drop)
         raise CheckpointConflict(f"gave up after {_ATTEMPTS} racing writers", thread_id=thread_id)
 
-    def _redigest(self, thread_id: str, r: _Rec, meta: bytes) -> bytes:
+    def _redigest(self, thread_id: str, r: Rec, meta: bytes) -> bytes:
         """The row's digest with new save metadata, unless its stored digest fails already (a moved-in
         or edited row stays refused: never re-signed)."""
         if row_digest(thread_id, r.cid, r.at, r.meta, r.head, r.n, r.fh) != r.digest:
@@ -987,19 +809,19 @@ class S3History(HistoryStore):
                     return len(recs)
         raise CheckpointConflict(f"gave up after {_ATTEMPTS} racing writers", thread_id=thread_id)
 
-    def _own_objects(self, tk: str, head: _Head, recs: list[_Rec]) -> list[str]:
+    def _own_objects(self, tk: str, head: Head, recs: list[Rec]) -> list[str]:
         mine = self.owner_prefix(tk)
         keys = [s["k"] for s in head.segs] + [r["k"] for r in head.runs] + [r.blob for r in recs if r.blob] + head.keep
         return sorted({k for k in keys if k.startswith(mine)})
 
-    def _delete_thread(self, thread_id: str, tk: str, head: _Head, recs: list[_Rec]) -> bool:
+    def _delete_thread(self, thread_id: str, tk: str, head: Head, recs: list[Rec]) -> bool:
         """Remove the thread's rows (one CAS); False when the head moved on (the caller retries)."""
         own = self._own_objects(tk, head, recs)
         assert head.etag is not None
         with self._fields_lock:
             self._fields.pop(tk, None)
         if head.users:  # others reach our objects: a tombstone keeps them until the last user goes
-            tomb = _Head(thread_id, gone=True, uses=head.uses, users=head.users, keep=own)
+            tomb = Head(thread_id, gone=True, uses=head.uses, users=head.users, keep=own)
             try:
                 self._swap(tk, tomb, head.etag)
             except PreconditionFailed:
@@ -1067,7 +889,7 @@ class S3History(HistoryStore):
                         "destination thread already has checkpoints; delete it first", thread_id=dest
                     )
                 rows = [self._copied(source, dest, r, metadata) for r in recs]
-                new = _Head(dest, runs=list(src.runs), uses=sorted({*dst.uses, sk, *src.uses}))
+                new = Head(dest, runs=list(src.runs), uses=sorted({*dst.uses, sk, *src.uses}))
                 new.users, new.keep = list(dst.users), list(dst.keep)
                 new.tail, new.top, new.end = rows, src.top, src.end
                 puts: list[tuple[str, bytes]] = []
@@ -1093,7 +915,7 @@ class S3History(HistoryStore):
                 return len(rows)
         raise CheckpointConflict(f"gave up after {_ATTEMPTS} racing writers", thread_id=dest)
 
-    def _copied(self, source: str, dest: str, r: _Rec, metadata: Callable[[Row], dict[str, Any]]) -> _Rec:
+    def _copied(self, source: str, dest: str, r: Rec, metadata: Callable[[Row], dict[str, Any]]) -> Rec:
         meta = memoryview(orjson.dumps(metadata(r.row(source)), option=orjson.OPT_NON_STR_KEYS)).tobytes()
         ok = row_digest(source, r.cid, r.at, r.meta, r.head, r.n, r.fh) == r.digest
         # a row whose digest already fails is never re-signed: it stays refused in the copy
@@ -1106,7 +928,7 @@ class S3History(HistoryStore):
         every object is named by its owner's head (an unnamed one was left by a writer killed before
         its commit: a leak, not a wrong answer), and each ``uses`` is matched by the owner's ``users``."""
         listed = {o.key for o in self.io.list_keys(self.root)}
-        heads: dict[str, _Head] = {}
+        heads: dict[str, Head] = {}
         problems: list[str] = []
         for key in sorted(k for k in listed if k.startswith(f"{self.root}h/")):
             tk = key.rsplit("/", 1)[-1]

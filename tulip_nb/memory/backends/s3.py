@@ -258,7 +258,7 @@ class S3Backend(InTreeCheckpointer):
         return key
 
     def _mark(self, thread_id: str) -> str:
-        from tulip_nb.memory.backends._s3_history import thread_key
+        from tulip_nb.memory.backends._s3_records import thread_key
 
         return thread_key(thread_id)
 
