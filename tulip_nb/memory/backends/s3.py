@@ -79,6 +79,7 @@ from tulip_nb.memory.backends._s3_layout import (
     meta_body,
     parse_key,
 )
+from tulip_nb.memory.backends._s3_records import thread_key
 from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
@@ -179,7 +180,7 @@ class S3Backend(InTreeCheckpointer):
             region_name=region_name,
             aws_access_key_id=aws_access_key_id,
             aws_secret_access_key=aws_secret_access_key,
-            max_pool_connections=max_concurrency,
+            max_pool_connections=max_concurrency + min(16, max_concurrency),  # the pool and the history's fetchers
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             max_attempts=max_attempts,
@@ -258,8 +259,6 @@ class S3Backend(InTreeCheckpointer):
         return key
 
     def _mark(self, thread_id: str) -> str:
-        from tulip_nb.memory.backends._s3_records import thread_key
-
         return thread_key(thread_id)
 
     # -- tulip's envelopes (ours marked, tulip's not) ----------------------------------------
