@@ -211,3 +211,18 @@ async def test_sharing_and_collection_keep_the_books(s3: Any, bucket: str) -> No
         ]
     finally:
         await fresh.close()
+
+
+async def test_tulip_layout_projects_every_checkpoint_through_a_prune(bucket: str) -> None:
+    """``layout="tulip"``: an envelope per checkpoint; a prune removes the dropped ones' and rewrites
+    the survivors whose parent it re-linked, so tulip's copy matches the history after it."""
+    cp = _backend(bucket, layout="tulip")
+    try:
+        await grow(cp, "t", 4)
+        assert len(sizes(cp, "tulip/checkpoints/t/")) == 8 * 2 + 1
+        assert await cp.prune("t") == 4  # the iteration saves of the ended turns
+        assert len(sizes(cp, "tulip/checkpoints/t/")) == 4 * 2 + 1
+        assert await cp.check_mirror("t") == []
+        assert await cp.check_store() == []
+    finally:
+        await cp.close()

@@ -33,7 +33,7 @@ FACTORIES: dict[str, Factory] = {
     "file": file_backend,
     "file-tulip": file_tulip_backend,
 }
-RACING = frozenset({"memory", "file", "file-tulip", "s3"})
+RACING = frozenset({"memory", "file", "file-tulip", "s3", "s3-tulip"})
 """The factories that run the suite's race cases (``CheckpointerSuite.races``): the history model's
 stores, all of the above and S3 (``remote.py``): a fork or copy is rows on shared entries (on S3,
 on the source's objects, kept while a head names the copy among the source's users)."""

@@ -371,11 +371,12 @@ class S3Backend(InTreeCheckpointer):
                 self._infos.pop(k, None)
         return len(cids)
 
-    async def _sync_projection(self, thread_id: str, *, force: bool = False, repair: bool = False) -> None:
+    async def _sync_projection(self, thread_id: str, *, force: str | None = None, repair: bool = False) -> None:
         """Make the projection what the history says: missing or differing envelopes written, stale
         ones removed, ``_latest`` on the newest of the projection and tulip's own. Writes only what
         differs (a load by a reader with read-only credentials writes nothing when all is in step).
-        ``force``: rewrite the projected envelopes even when their headers match; ``repair``: a
+        ``force``: a checkpoint id whose envelope is rewritten (when projected) even if its header
+        matches (``put_checkpoint`` may replace a state under the same id and metadata); ``repair``: a
         write that fails is a warning (the history answers either way), a read that fails raises."""
         envs = await self._envelopes(thread_id)
         want = await self._run(self.store.projected_sync, thread_id, self.every)
@@ -384,7 +385,7 @@ class S3Backend(InTreeCheckpointer):
         for info in want:
             have = envs.get(info.checkpoint_id)
             same = have is not None and have[1] and have[0].metadata == info.metadata
-            if force or not same or have is None or have[0].created_at != info.created_at:
+            if force == info.checkpoint_id or not same or have is None or have[0].created_at != info.created_at:
                 try:
                     stored = await self._run(self.store.load_sync, thread_id, info.checkpoint_id)
                 except (CheckpointCorrupt, CheckpointNotFound):
@@ -481,7 +482,7 @@ class S3Backend(InTreeCheckpointer):
             write = put_write(ckpt, self._chains)
             await self._run(self.store.save_sync, ckpt.thread_id, lambda _latest: write)
             self._chains.stored(ckpt.thread_id, write.chain)
-            await self._after_commit(ckpt.thread_id, self._sync_projection(ckpt.thread_id, force=True))
+            await self._after_commit(ckpt.thread_id, self._sync_projection(ckpt.thread_id, force=ckpt.checkpoint_id))
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         validate_thread_id(thread_id)
@@ -541,7 +542,7 @@ class S3Backend(InTreeCheckpointer):
             gone = await self._run(self.store.delete_sync, thread_id, sorted(checkpoint_ids))
             foreign = await self._foreign(thread_id)
             gone += await self._unlink(thread_id, [c for c in foreign if c in checkpoint_ids])
-            await self._after_commit(thread_id, self._sync_projection(thread_id, force=True))
+            await self._after_commit(thread_id, self._sync_projection(thread_id))
             return int(gone)
 
     async def close(self) -> None:
@@ -622,7 +623,7 @@ class S3Backend(InTreeCheckpointer):
             plan, dropped = rewrite_plan(choose, list(foreign.values()))
             gone = await self._run(self.store.rewrite_sync, thread_id, plan)
             gone += await self._unlink(thread_id, [i.checkpoint_id for i in dropped])
-            await self._after_commit(thread_id, self._sync_projection(thread_id, force=bool(gone)))
+            await self._after_commit(thread_id, self._sync_projection(thread_id))
             return int(gone)
 
     async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
