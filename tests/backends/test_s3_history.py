@@ -209,6 +209,11 @@ async def test_sharing_and_collection_keep_the_books(s3: Any, bucket: str) -> No
         assert await fresh.check_store() == [
             f"unreferenced object {HISTORY}o/x/bdead (a writer stopped before its commit)"
         ]
+        await fresh.save(state, "live")
+        assert await fresh.collect() == 0  # younger than an hour: it may be a save about to commit
+        assert await fresh.collect(older_than_hours=0) == 1
+        assert await fresh.check_store() == []
+        assert (await fresh.load("live")).model_dump() == state.model_dump()  # type: ignore[union-attr]
     finally:
         await fresh.close()
 

@@ -44,6 +44,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -53,7 +54,7 @@ from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, Checkpoi
 from tulip_nb.core.fastload import gc_paused, messages_from_json
 from tulip_nb.core.keys import FORKED_FROM_KEY
 from tulip_nb.core.messages import Message
-from tulip_nb.memory.backends._s3_io import S3IO, PreconditionFailed
+from tulip_nb.memory.backends._s3_io import S3IO, Listed, PreconditionFailed
 from tulip_nb.memory.backends._s3_records import (
     Head,
     Rec,
@@ -923,11 +924,9 @@ class S3History(HistoryStore):
         return replace(r, meta=meta, digest=digest)
 
     # -- checks -------------------------------------------------------------------------------
-    def integrity_sync(self) -> list[str]:
-        """The store's bookkeeping, checked ([] when all is well): every object a head names exists,
-        every object is named by its owner's head (an unnamed one was left by a writer killed before
-        its commit: a leak, not a wrong answer), and each ``uses`` is matched by the owner's ``users``."""
-        listed = {o.key for o in self.io.list_keys(self.root)}
+    def _census(self) -> tuple[dict[str, Listed], set[str], list[str]]:
+        """Every object (listed first), the objects the heads name (read after), and problems."""
+        listed = {o.key: o for o in self.io.list_keys(self.root)}
         heads: dict[str, Head] = {}
         problems: list[str] = []
         for key in sorted(k for k in listed if k.startswith(f"{self.root}h/")):
@@ -954,10 +953,31 @@ class S3History(HistoryStore):
             for owner in head.uses:
                 if owner not in heads or tk not in heads[owner].users:
                     problems.append(f"{head.thread!r}: uses {owner}, which does not list it among its users")
-        for key in sorted(listed - named):
-            if key.startswith(f"{self.root}o/"):
-                problems.append(f"unreferenced object {key} (a writer stopped before its commit)")
-        return problems
+        return listed, named, problems
+
+    def _unnamed(self, listed: dict[str, Listed], named: set[str]) -> list[str]:
+        return sorted(k for k in listed.keys() - named if k.startswith(f"{self.root}o/"))
+
+    def integrity_sync(self) -> list[str]:
+        """The store's bookkeeping, checked ([] when all is well): every object a head names exists,
+        every object is named by its owner's head (an unnamed one was left by a writer killed before
+        its commit: a leak, not a wrong answer), and each ``uses`` is matched by the owner's ``users``."""
+        listed, named, problems = self._census()
+        unnamed = self._unnamed(listed, named)
+        return problems + [f"unreferenced object {k} (a writer stopped before its commit)" for k in unnamed]
+
+    def collect_sync(self, older_than: timedelta) -> int:
+        """Delete the objects no head names that were written more than ``older_than`` ago (a writer
+        killed between its objects and its commit left them); how many went.
+
+        A writer swaps its head seconds after writing its objects, so an unnamed object younger than
+        ``older_than`` may be one about to be committed and is left alone: keep ``older_than`` far
+        above the longest save (an hour by default in :meth:`S3Backend.collect`)."""
+        listed, named, _ = self._census()
+        cutoff = datetime.now(UTC) - older_than
+        old = [k for k in self._unnamed(listed, named) if (m := listed[k].modified) is not None and m < cutoff]
+        self._delete_quiet(old)
+        return len(old)
 
     def objects_sync(self) -> list[tuple[str, int]]:
         """Every object of the history (key, size): what it stores."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from tulip_nb.core.errors import BackendUnavailable
@@ -49,6 +50,7 @@ class Listed:
     key: str
     etag: str
     size: int
+    modified: datetime | None = None
 
 
 def _import_boto3() -> Any:
@@ -246,7 +248,7 @@ class S3IO:
             if resp is None:
                 return
             for obj in resp.get("Contents") or []:
-                yield Listed(obj["Key"], obj.get("ETag", ""), int(obj.get("Size", 0)))
+                yield Listed(obj["Key"], obj.get("ETag", ""), int(obj.get("Size", 0)), obj.get("LastModified"))
             token = resp.get("NextContinuationToken")
             if not resp.get("IsTruncated") or not token:
                 return

@@ -52,6 +52,7 @@ import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
 from tulip_nb.core import iso_offset
@@ -670,6 +671,15 @@ class S3Backend(InTreeCheckpointer):
         """The history's bookkeeping: objects named and present, sharing recorded both ways ([]: all
         is well). ``tulip-nb verify`` runs it."""
         return await self._run(self.store.integrity_sync)
+
+    async def collect(self, older_than_hours: float = 1.0) -> int:
+        """Delete the history's objects no head names, written over ``older_than_hours`` ago: what
+        a process killed between writing its objects and swapping its head left behind (never read,
+        only stored). Younger ones are left: they may belong to a save about to commit. Returns
+        how many were deleted."""
+        if older_than_hours < 0:
+            raise UserError(f"older_than_hours must not be negative, got {older_than_hours!r}")
+        return await self._run(self.store.collect_sync, timedelta(hours=older_than_hours))
 
     async def check_mirror(self, thread_id: str) -> list[str]:
         """Problems with the thread's projection (none: tulip is shown what the history holds)."""
