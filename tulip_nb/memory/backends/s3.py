@@ -121,7 +121,8 @@ class S3Backend(InTreeCheckpointer):
         layout: ``"history"`` (tulip is shown each thread's latest turn end) or ``"tulip"`` (every
             checkpoint, as tulip writes them).
         history_prefix: key prefix of the history (default :func:`default_history_prefix`); must
-            not lie under ``prefix``.
+            not lie under ``prefix`` (with ``prefix=""`` tulip's own listing of the whole bucket
+            shows it as a thread: give tulip a prefix).
         endpoint_url: an S3-compatible endpoint (MinIO, R2, moto); path-style addressing is used.
         region_name: the AWS region (also used when creating the bucket).
         aws_access_key_id, aws_secret_access_key: explicit credentials (else boto3's chain).
