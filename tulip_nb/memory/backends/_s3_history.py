@@ -487,8 +487,8 @@ class S3History(HistoryStore):
     def save_sync(self, thread_id: str, plan: SavePlanFn) -> tuple[Row, RowWrite]:
         tk = thread_key(thread_id)
         with self._locked(tk):
-            head = self._heads.get(tk) or self.read_head(thread_id)
-            fresh = tk not in self._heads or head.etag is None
+            cached = self._heads.get(tk)  # the head this instance last wrote or read: the CAS says if it moved
+            head, fresh = (cached, False) if cached is not None else (self.read_head(thread_id), True)
             for _ in range(_ATTEMPTS):
                 try:
                     recs = self.recs(head)
