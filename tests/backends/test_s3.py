@@ -14,6 +14,7 @@ import pytest
 
 from tulip_nb.core import BackendUnavailable, CheckpointConflict, UserError
 from tulip_nb.memory.checkpointer import BaseCheckpointer, caller_metadata
+from tulip_nb.memory.rest_delta import unpack
 
 from .conformance import full_state
 from .factories.remote import S3_CREDENTIALS, free_port, moto_endpoint, new_bucket
@@ -43,8 +44,9 @@ async def raw(bucket: str, s3: Any) -> Any:
     return s3._io.client
 
 
-def keys(raw: Any, bucket: str) -> list[str]:
-    return sorted(o["Key"] for o in raw.list_objects_v2(Bucket=bucket).get("Contents", []))
+def keys(raw: Any, bucket: str, prefix: str = "tulip/checkpoints/") -> list[str]:
+    """The keys under ``prefix`` (tulip's objects by default; the history lies beside them)."""
+    return sorted(o["Key"] for o in raw.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []))
 
 
 async def test_layout_is_tulips(s3: Any, raw: Any, bucket: str) -> None:
@@ -87,9 +89,16 @@ async def test_two_processes_compare_and_swap_one_conflict(bucket: str, raw: Any
         losers = [r for r in results if isinstance(r, CheckpointConflict)]
         assert len(winners) == 1 and len(losers) == 1, results
         assert losers[0].actual == winners[0]
-        # the loser cleaned up: no orphan checkpoint looks like part of the thread
+        # the loser cleaned up: no orphan checkpoint looks like part of the thread, no orphan object
         assert await a.list_checkpoints("race") == [winners[0], base]
-        assert len(keys(raw, bucket)) == 5
+        base_dir = "tulip/checkpoints/race/"
+        assert set(keys(raw, bucket)) == {f"{base_dir}{w}{s}" for w in winners for s in (".json", ".meta.json")} | {
+            f"{base_dir}_latest"
+        }
+        history = keys(raw, bucket, "tulip/checkpoints.history/")
+        heads = [k for k in history if "/h/" in k]
+        named = b"".join(unpack(raw.get_object(Bucket=bucket, Key=k)["Body"].read()) for k in heads)
+        assert len(heads) == 1 and all(k.encode() in named for k in history if k not in heads), history
     finally:
         await a.close()
         await b.close()
@@ -108,7 +117,8 @@ async def test_two_processes_plain_saves_never_fork_the_lineage(bucket: str) -> 
         await b.close()
 
 
-async def test_latest_follows_created_at_not_last_modified(s3: Any, raw: Any, bucket: str) -> None:
+async def test_latest_follows_created_at_not_last_modified(raw: Any, bucket: str) -> None:
+    s3 = _backend(bucket, layout="tulip")  # every checkpoint projected: tulip's whole layout
     a = await s3.save(full_state(marker="a"), "t")
     b = await s3.save(full_state(marker="b"), "t")
     c = await s3.save(full_state(marker="c"), "t")
@@ -120,6 +130,7 @@ async def test_latest_follows_created_at_not_last_modified(s3: Any, raw: Any, bu
     assert raw.get_object(Bucket=bucket, Key="tulip/checkpoints/t/_latest")["Body"].read() == b.encode()
     loaded = await s3.load("t")
     assert loaded is not None and loaded.messages[1].content == "question 0 b"
+    await s3.close()
 
 
 async def test_a_stale_pointer_written_by_tulip_loses_to_created_at(s3: Any, raw: Any, bucket: str) -> None:
@@ -136,15 +147,26 @@ async def test_a_stale_pointer_written_by_tulip_loses_to_created_at(s3: Any, raw
         await fresh.close()
 
 
-async def test_dangling_pointer_falls_back_to_created_at(s3: Any, raw: Any, bucket: str) -> None:
-    a = await s3.save(full_state(marker="a"), "t")
+async def test_a_lost_projection_is_written_again_from_the_history(s3: Any, raw: Any, bucket: str) -> None:
+    """tulip's objects are a projection: the history keeps the thread when they expire (a lifecycle
+    rule) or a crash loses them, and the next instance to touch the thread writes them again."""
+    await s3.save(full_state(marker="a"), "t")
     b = await s3.save(full_state(marker="b"), "t")
     raw.delete_objects(
-        Bucket=bucket, Delete={"Objects": [{"Key": f"tulip/checkpoints/t/{b}{s}"} for s in (".json", ".meta.json")]}
+        Bucket=bucket,
+        Delete={"Objects": [{"Key": f"tulip/checkpoints/t/{n}"} for n in (f"{b}.json", f"{b}.meta.json", "_latest")]},
     )  # e.g. expired
-    ckpt = await s3.load_checkpoint("t")
-    assert ckpt is not None and ckpt.checkpoint_id == a
-    assert (await s3.load("t")).messages[1].content == "question 0 a"  # type: ignore[union-attr]
+    fresh = _backend(bucket)
+    try:
+        ckpt = await fresh.load_checkpoint("t")
+        assert ckpt is not None and ckpt.checkpoint_id == b
+        assert set(keys(raw, bucket)) == {
+            f"tulip/checkpoints/t/{n}" for n in (f"{b}.json", f"{b}.meta.json", "_latest")
+        }
+        assert raw.get_object(Bucket=bucket, Key="tulip/checkpoints/t/_latest")["Body"].read() == b.encode()
+        assert await fresh.check_mirror("t") == []
+    finally:
+        await fresh.close()
 
 
 async def test_list_threads_whole_ids_and_pattern(s3: Any) -> None:
@@ -226,3 +248,23 @@ async def test_s3_checkpointer_returns_the_backend_unchanged(bucket: str) -> Non
         assert cp.capabilities.persistent_checkpoint_ids and cp.capabilities.branching
     finally:
         await cp.close()
+
+
+async def test_two_processes_leave_tulip_the_newest_turn_end(bucket: str, raw: Any) -> None:
+    """The projection is written after each commit, by whichever process saved; each re-checks it
+    against the history afterwards, so tulip ends up shown the newest turn end, once."""
+    a, b = _backend(bucket), _backend(bucket)
+    try:
+        await asyncio.gather(*(cp.save(full_state(marker=str(i)), "shared") for i in range(5) for cp in (a, b)))
+        fresh = _backend(bucket)
+        try:
+            assert await fresh.check_mirror("shared") == []
+            newest = (await fresh.list_checkpoint_infos("shared", 1))[0].checkpoint_id
+            base = "tulip/checkpoints/shared/"
+            assert set(keys(raw, bucket)) == {f"{base}{newest}.json", f"{base}{newest}.meta.json", f"{base}_latest"}
+            assert await fresh.check_store() == []
+        finally:
+            await fresh.close()
+    finally:
+        await a.close()
+        await b.close()

@@ -22,11 +22,12 @@ TID = "user/42:chat #1"
 
 
 @pytest.fixture
-async def pair() -> AsyncIterator[tuple[Any, Any, Any]]:
+async def pair(request: Any) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """(ours, tulip's, a raw client) on one bucket; ours in the layout the test names (history by default)."""
     from tulip_nb.memory.backends import S3Backend
 
     bucket, url = new_bucket(), moto_endpoint()
-    ours = S3Backend(bucket, endpoint_url=url, **S3_CREDENTIALS)
+    ours = S3Backend(bucket, endpoint_url=url, layout=getattr(request, "param", "history"), **S3_CREDENTIALS)
     theirs = tulip_s3.S3Backend(bucket=bucket, endpoint_url=url, **S3_CREDENTIALS)
     yield ours, theirs, ours._io.client
     await theirs.close()
@@ -70,15 +71,23 @@ async def test_same_objects_same_shapes(pair: tuple[Any, Any, Any]) -> None:
     assert a["_latest"] == ("text/plain", theirs_cid.encode()) and b["_latest"] == ("text/plain", ours_cid.encode())
 
 
+@pytest.mark.parametrize("pair", ["history", "tulip"], indirect=True)
 async def test_tulip_resumes_what_we_write(pair: tuple[Any, Any, Any]) -> None:
+    """tulip is shown the latest turn end (layout="history") or every checkpoint (layout="tulip")."""
     ours, theirs, _ = pair
     state = full_state()
     first = await ours.save(state, TID, metadata={"who": "us"})
+    mid = await ours.save(state, TID, metadata={"source": "iteration"})
     second = await ours.save(state, TID)
     loaded = await theirs.load(TID)
     assert loaded is not None
     assert loaded.model_dump(mode="json") == tulip_view(state.to_json_bytes())
-    assert set(await theirs.list_checkpoints(TID)) == {first, second}
+    listed = set(await theirs.list_checkpoints(TID))
+    if ours.layout == "history":
+        assert listed == {second}
+        assert (await ours.list_checkpoints(TID)) == [second, mid, first]
+        return
+    assert listed == {first, mid, second}
     assert caller_metadata(await theirs.get_metadata(TID, first)) == {"who": "us", "parent_checkpoint_id": None}
     assert (await theirs.load(TID, first)) is not None
 
@@ -107,3 +116,37 @@ async def test_tulip_copy_is_read_under_the_destination(pair: tuple[Any, Any, An
     await theirs.copy_thread("src", "dst")
     ckpt = await ours.load_checkpoint("dst")
     assert ckpt is not None and ckpt.thread_id == "dst"
+
+
+async def test_turns_alternate_and_tulip_deleting_its_interrupted_saves_keeps_ours(
+    pair: tuple[Any, Any, Any],
+) -> None:
+    """Ours, then a tulip turn (an interrupted save it later deletes, then its turn end), then ours:
+    each side resumes the other's latest, and tulip's delete removes only its own checkpoint."""
+    ours, theirs, _ = pair
+    state = full_state()
+    first = await ours.save(state, TID, metadata={"source": "final"})
+    resumed = await theirs.load(TID)
+    assert resumed is not None and resumed.model_dump(mode="json") == tulip_view(state.to_json_bytes())
+    interrupted = await theirs.save(resumed, TID, metadata={"source": "iteration"})
+    extra = type(resumed.messages[0])(role="user", content="tulip's turn")
+    resumed = resumed.model_copy(update={"messages": (*resumed.messages, extra)})
+    tulip_end = await theirs.save(resumed, TID, metadata={"source": "final"})
+    assert await theirs.delete(TID, interrupted)  # what tulip does with a crashed turn's saves
+    ckpt = await ours.load_checkpoint(TID)
+    assert ckpt is not None and ckpt.checkpoint_id == tulip_end
+    assert ckpt.state.messages[-1].content == "tulip's turn"
+    ckpt.state.messages = [*ckpt.state.messages, ckpt.state.messages[-1].model_copy(update={"content": "ours again"})]
+    again = await ours.save(ckpt.state, TID, metadata={"source": "final"}, expected_parent=tulip_end)
+    assert [i.checkpoint_id for i in await ours.list_checkpoint_infos(TID, None)] == [again, tulip_end, first]
+    loaded = await theirs.load(TID)
+    assert loaded is not None and loaded.messages[-1].content == "ours again"
+    assert await theirs.delete(TID, tulip_end)  # tulip removing even its turn end leaves our history whole
+    fresh = type(ours)(ours.bucket, endpoint_url=ours.endpoint_url, **S3_CREDENTIALS)
+    try:
+        latest = await fresh.load_checkpoint(TID)
+        assert latest is not None and latest.checkpoint_id == again
+        assert latest.state.to_json_bytes() == ckpt.state.to_json_bytes()
+        assert (await fresh.load(TID, first)) is not None
+    finally:
+        await fresh.close()

@@ -96,7 +96,17 @@ async def test_hostile_thread_ids(kind: str, tmp_path: Path, session_redis: Any)
                 await _ids_against(cp, tmp_path)
         return
     async with backend(kind, tmp_path, session_redis.url + "?prefix=hostile:") as (cp, _):
-        await _ids_against(cp, tmp_path)
+        if kind != "s3":
+            await _ids_against(cp, tmp_path)
+            return
+        # moto answers 404 to a key holding a newline: the history (keys by hash) holds such a
+        # thread, and writing tulip's copy of it is a warning at each touch, never a lost save
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            await _ids_against(cp, tmp_path)
+        assert all("could not be written" in str(w.message) and "\n" in str(w.message) for w in caught), [
+            str(w.message) for w in caught
+        ]
 
 
 async def _ids_against(cp: BaseCheckpointer, tmp_path: Path) -> None:
@@ -346,18 +356,18 @@ async def test_regression_checkpoint_app_non_object_bodies_are_400(tmp_path: Pat
 
 
 async def test_regression_s3_write_answered_404_is_not_a_success() -> None:
-    """moto answers 404 to a PUT whose key holds a newline: the save must fail, not vanish."""
+    """moto answers 404 to a PUT whose key holds a newline: the save must not vanish."""
     from tests.backends.factories.remote import S3_CREDENTIALS, moto_endpoint, new_bucket
-    from tulip_nb.core.errors import BackendUnavailable
     from tulip_nb.memory.backends.s3 import S3Backend
 
     cp = S3Backend(new_bucket(), endpoint_url=moto_endpoint(), **S3_CREDENTIALS)
     try:
-        try:
+        # the history (keys by hash) commits; tulip's copy under the raw id is what moto refuses:
+        # the save is acknowledged with a warning naming the failed write, and the thread loads
+        with pytest.warns(RuntimeWarning, match="could not be written.*write an object"):
             await cp.save(AgentState(messages=[Message.user("x")]), "a\nb")
-        except BackendUnavailable as e:
-            assert "write an object" in str(e)
-        else:
-            assert await cp.load("a\nb") is not None  # a store that accepts the key must keep it
+        with pytest.warns(RuntimeWarning, match="could not be written"):
+            loaded = await cp.load("a\nb")
+        assert loaded is not None and loaded.messages[0].content == "x"
     finally:
         await cp.close()

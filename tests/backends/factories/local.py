@@ -33,9 +33,12 @@ FACTORIES: dict[str, Factory] = {
     "file": file_backend,
     "file-tulip": file_tulip_backend,
 }
-RACING = frozenset({"memory", "file", "file-tulip", "redis", "redis-tulip", "http", "tulip_pg", "opensearch"})
+RACING = frozenset(
+    {"memory", "file", "file-tulip", "redis", "redis-tulip", "s3", "s3-tulip", "http", "tulip_pg", "opensearch"}
+)
 """The factories that run the suite's race cases (``CheckpointerSuite.races``): the history model's
 stores (a fork or copy is rows on shared entries, so a delete racing it must never collect an entry
-a committed row still reaches), the HTTP client (the server's store decides), tulip's PgCheckpointer
+a committed row still reaches; on S3, on the source's objects, kept while a head names the copy
+among the source's users), the HTTP client (the server's store decides), tulip's PgCheckpointer
 table (a copy is one transaction holding both threads' locks) and OpenSearch's emulator (the
 adapter's copy reads a snapshot of the source)."""

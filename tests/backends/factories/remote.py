@@ -85,6 +85,16 @@ async def s3_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     yield opener(lambda: S3Backend(bucket, endpoint_url=url, **S3_CREDENTIALS))
 
 
+@contextlib.asynccontextmanager
+async def s3_tulip_backend(tmp_path: Path) -> AsyncIterator[Opener]:
+    """S3 with every checkpoint projected as tulip's objects (``layout="tulip"``)."""
+    url = moto_endpoint()
+    from tulip_nb.memory.backends.s3 import S3Backend
+
+    bucket = new_bucket()
+    yield opener(lambda: S3Backend(bucket, endpoint_url=url, layout="tulip", **S3_CREDENTIALS))
+
+
 @contextlib.contextmanager
 def serve_app(app: Any) -> Iterator[str]:
     """Run an ASGI app under uvicorn on 127.0.0.1 in a thread; yield its base URL."""
@@ -125,4 +135,4 @@ async def http_backend(tmp_path: Path) -> AsyncIterator[Opener]:
         yield open_client
 
 
-FACTORIES: dict[str, Factory] = {"s3": s3_backend, "http": http_backend}
+FACTORIES: dict[str, Factory] = {"s3": s3_backend, "s3-tulip": s3_tulip_backend, "http": http_backend}

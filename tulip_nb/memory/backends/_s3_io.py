@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from tulip_nb.core.errors import BackendUnavailable
@@ -49,6 +50,7 @@ class Listed:
     key: str
     etag: str
     size: int
+    modified: datetime | None = None
 
 
 def _import_boto3() -> Any:
@@ -207,6 +209,17 @@ class S3IO:
             raise
         return str((resp or {}).get("ETag", ""))
 
+    def delete_if(self, key: str, etag: str) -> None:
+        """DELETE one object only while its ETag is ``etag``; PreconditionFailed when it changed or is gone."""
+        try:
+            self._call("delete an object", key, self.client.delete_object, missing_ok=False, Key=key, IfMatch=etag)
+        except BackendUnavailable as e:
+            if isinstance(e.__cause__, self._exc.ClientError):
+                code, status = self._code(e.__cause__)
+                if status == 404 and code != "NoSuchBucket":
+                    raise PreconditionFailed(key) from e
+            raise
+
     def delete_keys(self, keys: list[str]) -> None:
         """Delete up to any number of keys (batched by 1000, S3's limit)."""
         for start in range(0, len(keys), 1000):
@@ -235,7 +248,7 @@ class S3IO:
             if resp is None:
                 return
             for obj in resp.get("Contents") or []:
-                yield Listed(obj["Key"], obj.get("ETag", ""), int(obj.get("Size", 0)))
+                yield Listed(obj["Key"], obj.get("ETag", ""), int(obj.get("Size", 0)), obj.get("LastModified"))
             token = resp.get("NextContinuationToken")
             if not resp.get("IsTruncated") or not token:
                 return

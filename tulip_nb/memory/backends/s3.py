@@ -1,30 +1,43 @@
-"""S3Backend: threads in S3-compatible object storage (AWS S3, MinIO, R2), in tulip's layout.
+"""S3Backend: threads in S3-compatible object storage (AWS S3, MinIO, R2), on the history model.
 
-Each save writes three objects under ``{prefix}{thread_id}/`` (the thread id is used raw, so
-``user/42`` makes a sub-folder, exactly as tulip does)::
+The history (:mod:`tulip_nb.memory.history`) lives in immutable objects plus one small head
+object per thread, swapped with S3's conditional writes (``If-Match`` / ``If-None-Match: *``):
+see :mod:`._s3_history`. A save writes the messages it adds (one object) and the head; a copy or
+fork points at the source's objects; a load reads the head and a handful of message batches and
+checks every message against its entry id and the row against its digest.
+
+What tulip reads is a **projection** of it, tulip's own layout (FORMATS.md) under
+``{prefix}{thread_id}/`` (the thread id raw, so ``user/42`` makes a sub-folder, as tulip does)::
 
     tulip/checkpoints/user/42/<cid>.json        {"checkpoint_id", "thread_id", "created_at", "state"}
     tulip/checkpoints/user/42/<cid>.meta.json   {"checkpoint_id", "thread_id", "created_at", "metadata"}
-    tulip/checkpoints/user/42/_latest           the bare id of the newest checkpoint (text/plain)
+    tulip/checkpoints/user/42/_latest           the bare id of the projected checkpoint (text/plain)
 
-so a thread written here is resumed by tulip-agents' ``S3Backend`` and vice versa. Loading the
-latest state is two GETs (``_latest``, then ``<cid>.json``).
+for the thread's latest turn end (``layout="history"``, the default) or for every checkpoint
+(``layout="tulip"``: tulip lists and loads each one). The history lives beside it, under
+``history_prefix`` (default: the prefix with ``.history/`` in place of its last ``/``: outside
+tulip's prefix, so tulip's listing, vacuum and a lifecycle rule on the prefix never touch it).
 
-Where this differs from tulip, on purpose:
+**No multi-object transaction.** S3 has none: the projection is written after the history's
+conditional commit, so a crash between them leaves the projection one save behind; it is repaired
+from the history the first time an instance touches the thread (and by every later projected
+save). The history alone decides what the thread holds; the projection's objects carry the user
+metadata ``tulip-nb-projection`` (tulip ignores it) so they are never mistaken for tulip's.
 
-- **Latest is decided by ``created_at``**, never by LastModified (1 s resolution): a save's
-  ``created_at`` is kept strictly after the previous latest's, and deleting the newest checkpoint
-  re-points ``_latest`` at the newest remaining ``created_at``.
-- **Saves are compare-and-swap on ``_latest``**: the pointer is written with ``If-Match`` (its
-  ETag) or ``If-None-Match: *`` (new thread). With ``expected_parent=`` a lost race raises
-  :class:`CheckpointConflict` and removes what it wrote; without it, the save re-reads the pointer
-  and retries, so two processes saving to one thread never lose a turn or fork the lineage.
-- ``list_threads`` returns whole thread ids (``a/b`` included) and honours ``pattern``;
-  ``copy_thread`` rewrites ``thread_id`` inside the copied objects.
-- An unreachable endpoint raises :class:`BackendUnavailable`; it never looks like an empty thread.
+**tulip's own checkpoints.** Envelopes without that mark (a tulip agent resumed the thread) are
+checkpoints of the thread: the latest is the newest of the history's rows and those (by
+``created_at``, never LastModified), and the next save chains after it. tulip deleting its own
+(interrupted-turn) checkpoints removes only those objects; the history is untouched.
 
-Retention belongs to the bucket: :meth:`S3Backend.configure_lifecycle` writes a lifecycle rule for
-the prefix, and S3 then archives and expires old checkpoints itself.
+Saves are compare-and-swap on the head: with ``expected_parent=`` a lost race raises
+:class:`CheckpointConflict`; without it, the save re-reads the head and runs again, so two
+processes saving to one thread never lose a turn or fork the lineage. An unreachable endpoint
+raises :class:`BackendUnavailable`; it never looks like an empty thread.
+
+Retention: :meth:`S3Backend.configure_lifecycle` writes a lifecycle rule for the prefix (tulip's
+objects, which the history re-projects when one expires); the history's own retention is
+:meth:`~S3Backend.prune` / :meth:`~S3Backend.vacuum` (an expiring message batch would break every
+later checkpoint, so the history is outside the rule).
 
 >>> cp = S3Backend("tulip-threads", endpoint_url="http://127.0.0.1:5055")  # doctest: +SKIP
 >>> await cp.save(state, "ticket-8912-refund")                             # doctest: +SKIP
@@ -35,28 +48,39 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from datetime import timedelta
+from typing import Any, Literal, TypeVar
 
-from tulip_nb.core import iso_offset, parse_datetime
-from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, InvalidThreadId
-from tulip_nb.core.state import AgentState
-from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first, prepare_save
+from tulip_nb.core import iso_offset
+from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId, UserError
+from tulip_nb.core.state import AgentState, MessageBlobCache, state_json_parts
+from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first
+from tulip_nb.memory.backends._history_common import (
+    Choose,
+    copied_metadata,
+    loaded,
+    newest,
+    older_than,
+    put_write,
+    rewrite_plan,
+    save_plan,
+)
+from tulip_nb.memory.backends._history_dir import is_turn_end
 from tulip_nb.memory.backends._s3_layout import (
     LATEST,
-    Head,
     KeyKind,
     ckpt_body,
-    copy_body,
     decode_checkpoint,
     info_from_object,
     lifecycle_rule,
     meta_body,
     parse_key,
 )
+from tulip_nb.memory.backends._s3_records import thread_key
 from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
@@ -66,6 +90,8 @@ from tulip_nb.memory.checkpointer import (
     validate_checkpoint_id,
     validate_thread_id,
 )
+from tulip_nb.memory.history import ChainCache, StoredCheckpoint, state_rest
+from tulip_nb.memory.retention import plan_prune
 
 __all__ = ["S3Backend", "s3_checkpointer"]
 
@@ -73,15 +99,30 @@ T = TypeVar("T")
 _MAX_KEY_BYTES = 1024  # S3's limit on a key
 _HEAD_RANGE = "bytes=0-16383"  # enough for checkpoint_id, thread_id and created_at
 _CREATED_AT_META = "tulip-nb-created-at"  # user metadata on _latest; tulip ignores it
-_SAVE_ATTEMPTS = 20
+MARK = "tulip-nb-projection"
+"""User metadata on a projected envelope (its value: the history's name of the thread)."""
+
+
+def default_history_prefix(prefix: str) -> str:
+    """Where the history lives for tulip's ``prefix``: beside it, never under it.
+
+    >>> default_history_prefix("tulip/checkpoints/"), default_history_prefix("")
+    ('tulip/checkpoints.history/', 'tulip_nb.history/')
+    """
+    return f"{prefix[:-1]}.history/" if prefix else "tulip_nb.history/"
 
 
 class S3Backend(InTreeCheckpointer):
-    """Checkpoints as objects in an S3 bucket (see the module docstring for the layout).
+    """Checkpoints in an S3 bucket: the history model, projected as tulip's layout (module docstring).
 
     Args:
         bucket: the bucket name.
-        prefix: key prefix for every object; ``"tulip/checkpoints/"`` as in tulip.
+        prefix: key prefix of tulip's objects; ``"tulip/checkpoints/"`` as in tulip.
+        layout: ``"history"`` (tulip is shown each thread's latest turn end) or ``"tulip"`` (every
+            checkpoint, as tulip writes them).
+        history_prefix: key prefix of the history (default :func:`default_history_prefix`); must
+            not lie under ``prefix`` (with ``prefix=""`` tulip's own listing of the whole bucket
+            shows it as a thread: give tulip a prefix).
         endpoint_url: an S3-compatible endpoint (MinIO, R2, moto); path-style addressing is used.
         region_name: the AWS region (also used when creating the bucket).
         aws_access_key_id, aws_secret_access_key: explicit credentials (else boto3's chain).
@@ -90,6 +131,7 @@ class S3Backend(InTreeCheckpointer):
         connect_timeout, read_timeout, max_attempts: botocore's timeouts and retry budget; an
             endpoint that stays down raises :class:`BackendUnavailable` after them.
         client: a ready boto3 S3 client, instead of building one.
+        sign: hash-chain every save (:mod:`tulip_nb.memory.integrity`).
     """
 
     def __init__(
@@ -97,6 +139,8 @@ class S3Backend(InTreeCheckpointer):
         bucket: str,
         prefix: str = "tulip/checkpoints/",
         *,
+        layout: Literal["history", "tulip"] = "history",
+        history_prefix: str | None = None,
         endpoint_url: str | None = None,
         region_name: str | None = None,
         aws_access_key_id: str | None = None,
@@ -109,13 +153,28 @@ class S3Backend(InTreeCheckpointer):
         client: Any = None,
         sign: bool = True,
     ) -> None:
+        from tulip_nb.memory.backends._s3_history import S3History
         from tulip_nb.memory.backends._s3_io import S3IO  # imports boto3, or names the extra
 
+        if layout not in ("history", "tulip"):
+            raise UserError(f"S3Backend layout must be 'history' or 'tulip', got {layout!r}")
         if prefix and not prefix.endswith("/"):
             prefix += "/"
+        history_prefix = history_prefix or default_history_prefix(prefix)
+        if not history_prefix.endswith("/"):
+            history_prefix += "/"
+        if history_prefix.startswith(prefix) or prefix.startswith(history_prefix):
+            raise UserError(
+                f"S3Backend history_prefix {history_prefix!r} must lie outside prefix {prefix!r}"
+                " (tulip lists, copies and vacuums everything under its prefix)"
+            )
         self.bucket = bucket
         self.sign = sign
         self.prefix = prefix
+        self.layout = layout
+        self.every = layout == "tulip"
+        """Project every checkpoint (``layout="tulip"``), not only the latest turn end."""
+        self.history_prefix = history_prefix
         self.endpoint_url = endpoint_url
         self._io = S3IO(
             bucket,
@@ -123,29 +182,32 @@ class S3Backend(InTreeCheckpointer):
             region_name=region_name,
             aws_access_key_id=aws_access_key_id,
             aws_secret_access_key=aws_secret_access_key,
-            max_pool_connections=max_concurrency,
+            max_pool_connections=max_concurrency + min(16, max_concurrency),  # the pool and the history's fetchers
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             max_attempts=max_attempts,
             client=client,
         )
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="tulip-nb-s3")
+        self.store = S3History(self._io, history_prefix, self._run, fetchers=min(16, max_concurrency))
         self._create_bucket = create_bucket
         self._bucket_ready = False
         self._bucket_lock = threading.Lock()
-        # In-process writers to one thread queue up (no 412 retries among ourselves); other
-        # processes are kept honest by the conditional PUT on _latest. One lock table per loop,
-        # since an asyncio.Lock belongs to the loop that first waits on it.
+        # In-process writers to one thread queue up (the history also locks per thread; this keeps
+        # the projection in save order). One table per loop: an asyncio.Lock belongs to its loop.
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
             weakref.WeakKeyDictionary()
         )
-        self._heads: dict[str, Head] = {}  # thread -> last _latest we wrote or read
-        self._infos: dict[str, tuple[str, CheckpointInfo]] = {}  # meta key -> (etag, info)
+        self._infos: dict[str, tuple[str, CheckpointInfo, str | None]] = {}  # meta key -> (etag, info, mark)
+        self._chains = ChainCache()
+        self._blobs = MessageBlobCache()
+        self._repaired: set[str] = set()
+        self._failed: set[str] = set()  # threads whose projection write just failed (repaired when next touched)
         self._closed = False
 
     def __repr__(self) -> str:
         where = f", endpoint_url={self.endpoint_url!r}" if self.endpoint_url else ""
-        return f"S3Backend(bucket={self.bucket!r}, prefix={self.prefix!r}{where})"
+        return f"S3Backend(bucket={self.bucket!r}, prefix={self.prefix!r}, layout={self.layout!r}{where})"
 
     @property
     def capabilities(self) -> Capabilities:
@@ -198,59 +260,18 @@ class S3Backend(InTreeCheckpointer):
             raise InvalidThreadId("thread_id is too long for an S3 key (1024 bytes)", thread_id=thread_id[:40])
         return key
 
-    # -- the _latest pointer ------------------------------------------------------------------
-    async def _read_head(self, thread_id: str) -> Head | None:
-        """The thread's ``_latest`` pointer with its ETag and the checkpoint's ``created_at``."""
-        stored = await self._run(self._io.get, self._dir(thread_id) + LATEST)
-        if stored is None:
-            self._heads.pop(thread_id, None)
-            return None
-        cid = stored.body.decode("utf-8", "replace").strip()
-        created: datetime | None = None
-        raw = stored.metadata.get(_CREATED_AT_META)
-        if raw:
-            try:
-                created = parse_datetime(raw)
-            except ValueError:
-                created = None
-        if created is None and cid:  # written by tulip: read the checkpoint's own stamp
-            info = await self._info_of(thread_id, cid)
-            created = info.created_at if info else None
-        head = Head(cid, stored.etag, created, stamped=bool(raw))
-        self._heads[thread_id] = head
-        return head
+    def _mark(self, thread_id: str) -> str:
+        return thread_key(thread_id)
 
-    async def _write_head(
-        self, thread_id: str, cid: str, created: datetime, *, prev: Head | None, expect: bool = True
-    ) -> Head:
-        """Point ``_latest`` at ``cid``; conditional on ``prev`` unless ``expect`` is False."""
-        from tulip_nb.memory.backends._s3_io import PreconditionFailed
-
-        kwargs: dict[str, Any] = {}
-        if expect:
-            kwargs = {"if_match": prev.etag} if prev else {"if_none_match": True}
-        try:
-            etag = await self._run(
-                self._io.put,
-                self._dir(thread_id) + LATEST,
-                cid.encode(),
-                "text/plain",
-                metadata={_CREATED_AT_META: iso_offset(created)},
-                **kwargs,
-            )
-        except PreconditionFailed:
-            self._heads.pop(thread_id, None)
-            raise
-        head = Head(cid, etag, created)
-        self._heads[thread_id] = head
-        return head
-
-    # -- checkpoint infos ---------------------------------------------------------------------
-    async def _info_of(self, thread_id: str, cid: str, etag: str | None = None) -> CheckpointInfo | None:
+    # -- tulip's envelopes (ours marked, tulip's not) ----------------------------------------
+    async def _info_of(
+        self, thread_id: str, cid: str, etag: str | None = None
+    ) -> tuple[CheckpointInfo, str | None] | None:
+        """A checkpoint envelope's info and projection mark (None: not readable, or gone)."""
         key = self._key(thread_id, cid, ".meta.json")
         cached = self._infos.get(key)
         if cached and (etag is None or cached[0] == etag):
-            return cached[1]
+            return cached[1], cached[2]
         stored = await self._run(self._io.get, key)
         where = f"s3://{self.bucket}/{key}"
         if stored is None:  # no .meta.json (a tulip crash between PUTs): read the envelope head
@@ -258,16 +279,18 @@ class S3Backend(InTreeCheckpointer):
             if stored is None:
                 return None
             info = info_from_object(stored.body, thread_id, where=where, partial=True)
-            if info is not None:
-                info = CheckpointInfo(info.checkpoint_id, thread_id, info.created_at, {})
-            return info
+            if info is None:
+                return None
+            return CheckpointInfo(info.checkpoint_id, thread_id, info.created_at, {}), stored.metadata.get(MARK)
         info = info_from_object(stored.body, thread_id, where=where)
-        if info is not None:
-            self._infos[key] = (stored.etag, info)
-        return info
+        if info is None:
+            return None
+        mark = stored.metadata.get(MARK)
+        self._infos[key] = (stored.etag, info, mark)
+        return info, mark
 
-    async def _thread_infos(self, thread_id: str) -> list[CheckpointInfo]:
-        """Every readable checkpoint of the thread, newest ``created_at`` first."""
+    async def _envelopes(self, thread_id: str) -> dict[str, tuple[CheckpointInfo, bool]]:
+        """Checkpoint id -> (info, projected by us) of every readable envelope of the thread."""
         listed = await self._run(lambda: list(self._io.list_keys(self._dir(thread_id), delimiter="/")))
         cids: list[str] = []
         meta_etags: dict[str, str] = {}
@@ -279,31 +302,124 @@ class S3Backend(InTreeCheckpointer):
                 cids.append(parsed.checkpoint_id)
             elif parsed.kind is KeyKind.META:
                 meta_etags[parsed.checkpoint_id] = obj.etag
-        infos = await asyncio.gather(*(self._info_of(thread_id, c, meta_etags.get(c)) for c in cids))
-        return newest_first([i for i in infos if i is not None])
+        got = await asyncio.gather(*(self._info_of(thread_id, c, meta_etags.get(c)) for c in cids))
+        mark = self._mark(thread_id)
+        return {i.checkpoint_id: (i, m == mark) for g in got if g is not None for i, m in [g]}
 
-    async def _all_infos(self) -> dict[str, list[CheckpointInfo]]:
-        """Every checkpoint of every thread under the prefix, per thread, newest first."""
-        listed = await self._run(lambda: list(self._io.list_keys(self.prefix)))
-        per: dict[str, dict[str, str | None]] = {}
-        for obj in listed:
-            parsed = parse_key(obj.key, self.prefix)
-            if parsed is None or parsed.kind is KeyKind.LATEST:
-                continue
-            slot = per.setdefault(parsed.thread_id, {})
-            if parsed.kind is KeyKind.CHECKPOINT:
-                slot.setdefault(parsed.checkpoint_id, None)
-            else:
-                slot[parsed.checkpoint_id] = obj.etag
-        out: dict[str, list[CheckpointInfo]] = {}
-        for tid, cids in per.items():
-            jsons = {o.key for o in listed}
-            live = [c for c in cids if self._key(tid, c) in jsons]
-            infos = await asyncio.gather(*(self._info_of(tid, c, cids[c]) for c in live))
-            found = newest_first([i for i in infos if i])
-            if found:
-                out[tid] = found
-        return out
+    async def _foreign(self, thread_id: str) -> dict[str, CheckpointInfo]:
+        """tulip's own checkpoints of the thread (envelopes we did not project)."""
+        return {cid: info for cid, (info, ours) in (await self._envelopes(thread_id)).items() if not ours}
+
+    async def _load_envelope(self, thread_id: str, cid: str) -> Checkpoint:
+        """A checkpoint tulip wrote (an envelope without the projection mark)."""
+        key = self._key(thread_id, cid)
+        got = await asyncio.gather(self._run(self._io.get, key), self._info_of(thread_id, cid))
+        stored, info = got
+        if stored is None or stored.metadata.get(MARK) == self._mark(thread_id):
+            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=cid)
+        ckpt = decode_checkpoint(stored.body, thread_id, where=f"s3://{self.bucket}/{key}")
+        if info is not None:
+            ckpt.metadata = dict(info[0].metadata)
+        return ckpt
+
+    # -- the projection -----------------------------------------------------------------------
+    async def _write_envelope(self, ckpt: Checkpoint) -> None:
+        tid, cid = ckpt.thread_id, ckpt.checkpoint_id
+        mark = {MARK: self._mark(tid)}
+        state_bytes = b"".join(state_json_parts(ckpt.state, cache=self._blobs, key=tid))
+        meta = dict(ckpt.metadata)
+        meta_key = self._key(tid, cid, ".meta.json")
+        # .meta.json first: a checkpoint is listed once its .json exists, never without metadata
+        etag = await self._run(
+            self._io.put,
+            meta_key,
+            meta_body(cid, tid, ckpt.created_at, meta),
+            "application/json",
+            metadata=mark,
+        )
+        await self._run(
+            self._io.put,
+            self._key(tid, cid),
+            ckpt_body(cid, tid, ckpt.created_at, state_bytes),
+            "application/json",
+            metadata=mark,
+        )
+        self._infos[meta_key] = (etag, CheckpointInfo(cid, tid, ckpt.created_at, meta), mark[MARK])
+
+    async def _point_latest(self, thread_id: str, info: CheckpointInfo | None) -> None:
+        """Point tulip's ``_latest`` at ``info`` (remove it for None)."""
+        key = self._dir(thread_id) + LATEST
+        if info is None:
+            await self._run(self._io.delete_keys, [key])
+            return
+        stamp = {_CREATED_AT_META: iso_offset(info.created_at)}
+        await self._run(self._io.put, key, info.checkpoint_id.encode(), "text/plain", metadata=stamp)
+
+    async def _project_saved(self, ckpt: Checkpoint) -> None:
+        """After a committed save: its envelope and ``_latest``. In the default layout the thread is
+        then checked again (listed after the commit, against the head's newest turn end), so a
+        writer in another process that projected an older turn end meanwhile is undone by whichever
+        of the two checks last: the projection converges on the history's newest turn end."""
+        await self._write_envelope(ckpt)
+        await self._point_latest(ckpt.thread_id, ckpt.info)
+        if not self.every:
+            await self._sync_projection(ckpt.thread_id)
+
+    async def _unlink(self, thread_id: str, cids: Sequence[str]) -> int:
+        keys = [self._key(thread_id, c, s) for c in cids for s in (".json", ".meta.json")]
+        if keys:
+            await self._run(self._io.delete_keys, keys)
+            for k in keys:
+                self._infos.pop(k, None)
+        return len(cids)
+
+    async def _sync_projection(self, thread_id: str, *, force: str | None = None, repair: bool = False) -> None:
+        """Make the projection what the history says: missing or differing envelopes written, stale
+        ones removed, ``_latest`` on the newest of the projection and tulip's own. Writes only what
+        differs (a load by a reader with read-only credentials writes nothing when all is in step).
+        ``force``: a checkpoint id whose envelope is rewritten (when projected) even if its header
+        matches (``put_checkpoint`` may replace a state under the same id and metadata); ``repair``: a
+        write that fails is a warning (the history answers either way), a read that fails raises."""
+        envs = await self._envelopes(thread_id)
+        want = await self._run(self.store.projected_sync, thread_id, self.every)
+        projected = {cid for cid, (_, ours) in envs.items() if ours}
+        write: list[Checkpoint] = []
+        for info in want:
+            have = envs.get(info.checkpoint_id)
+            same = have is not None and have[1] and have[0].metadata == info.metadata
+            if force == info.checkpoint_id or not same or have is None or have[0].created_at != info.created_at:
+                try:
+                    stored = await self._run(self.store.load_sync, thread_id, info.checkpoint_id)
+                except (CheckpointCorrupt, CheckpointNotFound):
+                    continue  # a damaged row: its load and verify report it
+                if stored is not None:
+                    write.append(stored.checkpoint)
+        stale = sorted(projected - {i.checkpoint_id for i in want})
+        foreign = [info for info, ours in envs.values() if not ours]
+        top = newest_first([*want, *foreign])
+        pointer = await self._run(self._io.get, self._dir(thread_id) + LATEST) if (top or envs) else None
+        named = pointer.body.decode("utf-8", "replace").strip() if pointer is not None else None
+        repoint = (bool(top) and named != top[0].checkpoint_id) or (not top and pointer is not None)
+
+        async def writes() -> None:
+            for ckpt in write:
+                await self._write_envelope(ckpt)
+            await self._unlink(thread_id, stale)
+            if repoint:
+                await self._point_latest(thread_id, top[0] if top else None)
+
+        if repair:
+            await self._after_commit(thread_id, writes())
+        else:
+            await writes()
+        if thread_id not in self._failed:
+            self._repaired.add(thread_id)
+        self._failed.discard(thread_id)
+
+    async def _repair(self, thread_id: str) -> None:
+        """The first time this instance touches a thread: put its projection in step with the history."""
+        if thread_id not in self._repaired:
+            await self._sync_projection(thread_id, repair=True)
 
     # -- contract -----------------------------------------------------------------------------
     async def save(
@@ -315,254 +431,215 @@ class S3Backend(InTreeCheckpointer):
         *,
         expected_parent: str | None = None,
     ) -> str:
-        from tulip_nb.memory.backends._s3_io import PreconditionFailed
-
         validate_thread_id(thread_id)
         cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
-        ckpt_key, meta_key = self._key(thread_id, cid), self._key(thread_id, cid, ".meta.json")
-        state_bytes = state.to_json_bytes()
+        self._key(thread_id, cid, ".meta.json")  # refuse an id S3 cannot hold before anything is written
         async with self._lock(thread_id):
-            # A compare-and-swap decides on a fresh pointer; a plain save trusts the one it last
-            # saw and lets the conditional PUT tell it when another process moved on.
-            fresh = expected_parent is not None or thread_id not in self._heads
-            head = await self._read_head(thread_id) if fresh else self._heads[thread_id]
-            for _ in range(_SAVE_ATTEMPTS):
-                latest_id = head.checkpoint_id if head else None
-                parent_info = await self._info_of(thread_id, latest_id) if latest_id else None
-                plan = prepare_save(
-                    thread_id,
-                    state,
-                    metadata,
-                    expected_parent=expected_parent,
-                    latest_id=latest_id,
-                    latest_created_at=head.created_at if head is not None else None,
-                    latest_metadata=parent_info.metadata if parent_info else None,
-                    sign=self.sign,
-                )
-                now, meta = plan.created_at, plan.metadata
-                await asyncio.gather(
-                    self._run(self._io.put, ckpt_key, ckpt_body(cid, thread_id, now, state_bytes), "application/json"),
-                    self._run(self._io.put, meta_key, meta_body(cid, thread_id, now, meta), "application/json"),
-                )
-                try:
-                    await self._write_head(thread_id, cid, now, prev=head)
-                except PreconditionFailed:
-                    if expected_parent is not None:
-                        await self._run(self._io.delete_keys, [ckpt_key, meta_key])
-                        actual = await self._read_head(thread_id)
-                        raise CheckpointConflict(
-                            "another writer saved to the thread first",
-                            thread_id=thread_id,
-                            expected=expected_parent,
-                            actual=actual.checkpoint_id if actual else None,
-                        ) from None
-                    head = await self._read_head(thread_id)
-                    continue
-                self._infos[meta_key] = ("", CheckpointInfo(cid, thread_id, now, meta))
-                return cid
-        raise CheckpointConflict(f"gave up after {_SAVE_ATTEMPTS} racing writers", thread_id=thread_id)
+            await self._repair(thread_id)
+            envs = await self._envelopes(thread_id)
+            tulip = [info for info, ours in envs.values() if not ours]
+            tulip_latest = max(tulip, key=lambda i: (i.created_at, i.checkpoint_id), default=None)
+            chain = self._chains.chain(thread_id, state.messages)
+            plan = save_plan(
+                thread_id,
+                cid,
+                state,
+                metadata,
+                expected_parent,
+                chain,
+                state_rest(state),
+                blobs=self._blobs,
+                sign=self.sign,
+                after=tulip_latest,
+            )
+            _, write = await self._run(self.store.save_sync, thread_id, plan)
+            self._chains.stored(thread_id, chain)
+            if self.every or is_turn_end(write.metadata):
+                saved = Checkpoint(cid, thread_id, write.created_at, state, write.metadata)
+                await self._after_commit(thread_id, self._project_saved(saved))
+        return cid
+
+    async def _after_commit(self, thread_id: str, projection: Awaitable[None]) -> None:
+        """Write the projection after the history committed. A failure is a warning, not a failed
+        operation: the history holds it (a save reported failed after its commit would be retried,
+        a duplicate turn), and the projection is repaired the next time an instance touches the thread."""
+        try:
+            await projection
+        except OSError as e:  # BackendUnavailable is an OSError
+            self._repaired.discard(thread_id)
+            self._failed.add(thread_id)
+            warnings.warn(
+                f"tulip_nb: tulip's objects of thread {thread_id!r} in s3://{self.bucket}/{self._dir(thread_id)} could"
+                f" not be written ({e}); the history holds the thread, and they are written again when the thread"
+                " is next opened",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Write a checkpoint verbatim (see :meth:`BaseCheckpointer.put_checkpoint`).
-
-        ``.meta.json`` goes first and ``<cid>.json`` second (a checkpoint is listed once its
-        ``.json`` exists, so it is never seen without its metadata); ``_latest`` is re-pointed
-        only when this checkpoint is the newest, conditionally, re-reading it after a lost race.
-        """
-        from tulip_nb.memory.backends._s3_io import PreconditionFailed
-
+        """Write a checkpoint verbatim (see :meth:`BaseCheckpointer.put_checkpoint`)."""
         ckpt = validate_checkpoint(checkpoint)
-        cid, thread_id, created = ckpt.checkpoint_id, ckpt.thread_id, ckpt.created_at
-        ckpt_key, meta_key = self._key(thread_id, cid), self._key(thread_id, cid, ".meta.json")
-        meta = dict(ckpt.metadata)
-        async with self._lock(thread_id):
-            await self._run(self._io.put, meta_key, meta_body(cid, thread_id, created, meta), "application/json")
-            body = ckpt_body(cid, thread_id, created, ckpt.state.to_json_bytes())
-            await self._run(self._io.put, ckpt_key, body, "application/json")
-            self._infos[meta_key] = ("", CheckpointInfo(cid, thread_id, created, meta))
-            for _ in range(_SAVE_ATTEMPTS):
-                head = await self._read_head(thread_id)
-                if head is not None and head.checkpoint_id == cid and head.created_at and head.created_at > created:
-                    await self._repoint(thread_id)  # the latest was replaced by an older one
-                    return
-                stale = head is not None and head.checkpoint_id != cid and head.created_at is not None
-                if stale and head.created_at >= created:  # type: ignore[union-attr,operator]
-                    return  # an older checkpoint: the pointer stays on the newest
-                try:
-                    await self._write_head(thread_id, cid, created, prev=head)
-                except PreconditionFailed:
-                    continue
-                return
-        raise CheckpointConflict(
-            f"gave up re-pointing _latest after {_SAVE_ATTEMPTS} racing writers", thread_id=thread_id, checkpoint_id=cid
-        )
+        self._key(ckpt.thread_id, ckpt.checkpoint_id, ".meta.json")
+        async with self._lock(ckpt.thread_id):
+            write = put_write(ckpt, self._chains)
+            await self._run(self.store.save_sync, ckpt.thread_id, lambda _latest: write)
+            self._chains.stored(ckpt.thread_id, write.chain)
+            await self._after_commit(ckpt.thread_id, self._sync_projection(ckpt.thread_id, force=ckpt.checkpoint_id))
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
-        explicit = checkpoint_id is not None
-        if checkpoint_id is None:
-            head = await self._read_head(thread_id)
-            checkpoint_id = head.checkpoint_id if head else None
-            if head is not None and not head.stamped:  # tulip's pointer: latest is by created_at
-                infos = await self._thread_infos(thread_id)
-                if infos and infos[0].checkpoint_id != checkpoint_id:
-                    checkpoint_id = infos[0].checkpoint_id
-        ckpt = None
-        if checkpoint_id:
-            ckpt = await self._fetch(thread_id, checkpoint_id)
-        if ckpt is None and explicit:
-            raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
-        if ckpt is None:  # no pointer, or a dangling one (lifecycle expiry, a crash): go by created_at
-            infos = await self._thread_infos(thread_id)
-            for info in infos:
-                ckpt = await self._fetch(thread_id, info.checkpoint_id)
-                if ckpt is not None:
-                    break
-        return ckpt
+        validate_thread_id(thread_id)
+        await self._repair(thread_id)
+        if checkpoint_id is not None:
+            cid = validate_checkpoint_id(checkpoint_id, thread_id)
+            self._key(thread_id, cid)
+            try:
+                return self._loaded(await self._run(self.store.load_sync, thread_id, cid))
+            except CheckpointNotFound:
+                return await self._load_envelope(thread_id, cid)
+        stored = await self._run(self.store.load_sync, thread_id, None)  # corrupt: raises, never older
+        ours = stored.checkpoint.info if stored is not None else None
+        for info in newest_first(list((await self._foreign(thread_id)).values())):
+            if ours is not None and newest(ours, info) is ours:
+                break
+            try:
+                return await self._load_envelope(thread_id, info.checkpoint_id)
+            except CheckpointNotFound:
+                continue  # deleted meanwhile (tulip removing an interrupted turn's checkpoint)
+        return self._loaded(stored)
 
-    async def _fetch(self, thread_id: str, cid: str, *, with_meta: bool = True) -> Checkpoint | None:
-        key = self._key(thread_id, cid)
-        if with_meta:
-            stored, info = await asyncio.gather(self._run(self._io.get, key), self._info_of(thread_id, cid))
-        else:
-            stored, info = await self._run(self._io.get, key), None
-        if stored is None:
-            return None
-        ckpt = decode_checkpoint(stored.body, thread_id, where=f"s3://{self.bucket}/{key}")
-        if info is not None:
-            ckpt.metadata = dict(info.metadata)
-        return ckpt
+    def _loaded(self, stored: StoredCheckpoint | None) -> Checkpoint | None:
+        return loaded(self._chains, stored)
 
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
-        infos = await self._thread_infos(thread_id)
-        return infos if limit is None else infos[:limit]
-
-    async def exists(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        if checkpoint_id is not None:  # one HEAD on the checkpoint object, no listing
-            return await self._run(self._io.head, self._key(thread_id, checkpoint_id))
-        return bool(await self._thread_infos(thread_id))
+        validate_thread_id(thread_id)
+        rows, foreign = await asyncio.gather(self._run(self.store.rows_sync, thread_id), self._foreign(thread_id))
+        infos = [r.info for r in rows]
+        ids = {i.checkpoint_id for i in infos}
+        extra = [i for cid, i in foreign.items() if cid not in ids]
+        if extra:
+            infos = newest_first(infos + extra)
+        return infos if limit is None else infos[: max(limit, 0)]
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        async with self._lock(thread_id):
-            if checkpoint_id is None:
+        validate_thread_id(thread_id)
+        if checkpoint_id is None:
+            async with self._lock(thread_id):
+                gone = await self._run(self.store.delete_sync, thread_id, None)
                 listed = await self._run(lambda: list(self._io.list_keys(self._dir(thread_id), delimiter="/")))
                 keys = [o.key for o in listed if (p := parse_key(o.key, self.prefix)) and p.thread_id == thread_id]
                 had = any(parse_key(k, self.prefix).kind is KeyKind.CHECKPOINT for k in keys)  # type: ignore[union-attr]
                 if keys:
                     await self._run(self._io.delete_keys, keys)
-                self._forget(thread_id, keys)
-                return had
-            key = self._key(thread_id, checkpoint_id)
-            if not await self._run(self._io.head, key):
-                return False
-            meta_key = self._key(thread_id, checkpoint_id, ".meta.json")
-            await self._run(self._io.delete_keys, [key, meta_key])
-            self._forget(thread_id, [meta_key])
-            await self._repoint(thread_id)
-            return True
+                for k in keys:
+                    self._infos.pop(k, None)
+                self._chains.forget(thread_id)
+                self._repaired.discard(thread_id)
+                return bool(gone) or had
+        cid = validate_checkpoint_id(checkpoint_id, thread_id)
+        self._key(thread_id, cid)
+        return await self._delete_checkpoints(thread_id, {cid}) > 0
 
-    def _forget(self, thread_id: str, keys: list[str]) -> None:
-        self._heads.pop(thread_id, None)
-        for key in keys:
-            self._infos.pop(key, None)
-
-    async def _repoint(self, thread_id: str) -> None:
-        """Point ``_latest`` at the newest remaining ``created_at`` (or remove it)."""
-        remaining = await self._thread_infos(thread_id)
-        head = await self._read_head(thread_id)
-        if not remaining:
-            if head is not None:
-                await self._run(self._io.delete_keys, [self._dir(thread_id) + LATEST])
-            self._heads.pop(thread_id, None)
-        elif head is None or head.checkpoint_id != remaining[0].checkpoint_id:
-            newest = remaining[0]
-            await self._write_head(thread_id, newest.checkpoint_id, newest.created_at, prev=head, expect=False)
+    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
+        async with self._lock(thread_id):
+            gone = await self._run(self.store.delete_sync, thread_id, sorted(checkpoint_ids))
+            foreign = await self._foreign(thread_id)
+            gone += await self._unlink(thread_id, [c for c in foreign if c in checkpoint_ids])
+            await self._after_commit(thread_id, self._sync_projection(thread_id))
+            return int(gone)
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
             self._pool.shutdown(wait=True)
+            self.store.close_sync()
             self._io.close()
 
     # -- capabilities (the scans are derived in InTreeCheckpointer) ---------------------------
-    async def _checkpoint_info(self, thread_id: str, checkpoint_id: str | None) -> CheckpointInfo | None:
-        if checkpoint_id is None:  # the pointer first: no listing for a thread we wrote
-            head = await self._read_head(thread_id)
-            checkpoint_id = head.checkpoint_id if head else None
-            if not checkpoint_id:
-                infos = await self._thread_infos(thread_id)
-                return infos[0] if infos else None
-        return await self._info_of(thread_id, checkpoint_id)
-
-    async def _thread_ids(self) -> list[str]:
-        """Thread ids from the key listing alone (no object is read)."""
+    async def _tulip_threads(self) -> dict[str, dict[str, str | None]]:
+        """Thread id -> checkpoint id -> its .meta.json ETag (None: none) of every envelope under the prefix."""
         listed = await self._run(lambda: list(self._io.list_keys(self.prefix)))
-        ids = set()
+        per: dict[str, dict[str, str | None]] = {}
+        jsons = {o.key for o in listed}
         for obj in listed:
             parsed = parse_key(obj.key, self.prefix)
-            if parsed and parsed.kind is KeyKind.CHECKPOINT:
-                ids.add(parsed.thread_id)
-        return list(ids)
+            if parsed is None or parsed.kind is KeyKind.LATEST:
+                continue
+            slot = per.setdefault(parsed.thread_id, {})
+            if parsed.kind is KeyKind.CHECKPOINT:
+                slot.setdefault(parsed.checkpoint_id, None)
+            else:
+                slot[parsed.checkpoint_id] = obj.etag
+        return {
+            tid: {c: e for c, e in cids.items() if f"{self.prefix}{tid}/{c}.json" in jsons} for tid, cids in per.items()
+        }
+
+    async def _thread_ids(self) -> list[str]:
+        """The history's threads and those tulip wrote (from the key listing alone)."""
+        history, tulip = await asyncio.gather(self._run(self.store.threads_sync), self._tulip_threads())
+        return sorted({*history, *(t for t, cids in tulip.items() if cids)})
 
     async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
-        return await self._all_infos()
+        rows, tulip = await asyncio.gather(self._run(self.store.all_rows_sync), self._tulip_threads())
+        per: dict[str, list[CheckpointInfo]] = {t: [r.info for r in rs] for t, rs in rows.items()}
+        for tid, cids in tulip.items():
+            mark = self._mark(tid)
+            got = await asyncio.gather(*(self._info_of(tid, c, e) for c, e in cids.items()))
+            have = {i.checkpoint_id for i in per.get(tid, [])}
+            extra = [i for g in got if g is not None for i, m in [g] if m != mark and i.checkpoint_id not in have]
+            if extra:
+                per[tid] = newest_first(per.get(tid, []) + extra)
+        return {t: infos for t, infos in per.items() if infos}
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
-        source = await self._thread_infos(source_thread_id)
-        if not source:
-            raise CheckpointNotFound("source thread has no checkpoints", thread_id=source_thread_id)
+        validate_thread_id(source_thread_id)
+        validate_thread_id(dest_thread_id)
         async with self._lock(dest_thread_id):
-            if await self._thread_infos(dest_thread_id):
+            rows = {r.checkpoint_id for r in await self._run(self.store.rows_sync, source_thread_id)}
+            tulip = {c: i for c, i in (await self._foreign(source_thread_id)).items() if c not in rows}
+            if await self._foreign(dest_thread_id):
                 raise CheckpointConflict(
                     "destination thread already has checkpoints; delete it first", thread_id=dest_thread_id
                 )
-
-            async def one(info: CheckpointInfo) -> None:
-                cid = info.checkpoint_id
-                stored = await self._run(self._io.get, self._key(source_thread_id, cid))
-                if stored is None:
-                    return  # deleted while copying
-                where = f"s3://{self.bucket}/{self._key(source_thread_id, cid)}"
-                meta = {**info.metadata, "copied_from": {"thread_id": source_thread_id, "checkpoint_id": cid}}
-                body = copy_body(stored.body, dest_thread_id, where=where)
-                await asyncio.gather(
-                    self._run(self._io.put, self._key(dest_thread_id, cid), body, "application/json"),
-                    self._run(
-                        self._io.put,
-                        self._key(dest_thread_id, cid, ".meta.json"),
-                        meta_body(cid, dest_thread_id, info.created_at, meta),
-                        "application/json",
-                    ),
+            if rows:
+                await self._run(
+                    self.store.copy_sync, source_thread_id, dest_thread_id, copied_metadata(source_thread_id)
                 )
-
-            await asyncio.gather(*(one(i) for i in source))
-            newest = source[0]
-            from tulip_nb.memory.backends._s3_io import PreconditionFailed
-
-            try:
-                await self._write_head(dest_thread_id, newest.checkpoint_id, newest.created_at, prev=None)
-            except PreconditionFailed:
+            elif not tulip:
+                raise CheckpointNotFound("source thread has no checkpoints", thread_id=source_thread_id)
+            elif await self._run(self.store.rows_sync, dest_thread_id, 1):
                 raise CheckpointConflict(
-                    "another writer created the destination thread while copying", thread_id=dest_thread_id
-                ) from None
+                    "destination thread already has checkpoints; delete it first", thread_id=dest_thread_id
+                )
+            for cid in tulip:  # tulip's own checkpoints of the source become rows of the copy
+                ckpt = await self._load_envelope(source_thread_id, cid)
+                meta = {**ckpt.metadata, "copied_from": {"thread_id": source_thread_id, "checkpoint_id": cid}}
+                write = put_write(Checkpoint(cid, dest_thread_id, ckpt.created_at, ckpt.state, meta), self._chains)
+                await self._run(self.store.save_sync, dest_thread_id, lambda _latest, w=write: w)
+            await self._after_commit(dest_thread_id, self._sync_projection(dest_thread_id))
         return True
 
-    async def vacuum(self, older_than_days: float = 30) -> int:
-        cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
-        removed = 0
-        for tid, infos in (await self._all_infos()).items():
-            old = [i for i in infos if i.created_at < cutoff]
-            if not old:
-                continue
-            await self._relink_survivors(tid, infos, {i.checkpoint_id for i in old})  # before the deletes
-            async with self._lock(tid):
-                keys = [self._key(tid, i.checkpoint_id, s) for i in old for s in (".json", ".meta.json")]
-                await self._run(self._io.delete_keys, keys)
-                self._forget(tid, keys)
-                removed += len(old)
-                await self._repoint(tid)
-        return removed
+    # -- retention: each a drop and a re-link in one compare-and-swap -------------------------
+    async def _rewrite(self, thread_id: str, choose: Choose) -> int:
+        async with self._lock(thread_id):
+            foreign = await self._foreign(thread_id)
+            plan, dropped = rewrite_plan(choose, list(foreign.values()))
+            gone = await self._run(self.store.rewrite_sync, thread_id, plan)
+            gone += await self._unlink(thread_id, [i.checkpoint_id for i in dropped])
+            await self._after_commit(thread_id, self._sync_projection(thread_id))
+            return int(gone)
 
-    # -- retention ----------------------------------------------------------------------------
+    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
+        validate_thread_id(thread_id)
+        return await self._rewrite(thread_id, lambda infos: plan_prune(infos, keep_last, keep_turn_ends))
+
+    async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
+        return await self._rewrite(thread_id, lambda _infos: set(dropped)) if dropped else 0
+
+    async def vacuum(self, older_than_days: float = 30) -> int:
+        choose = older_than(older_than_days)
+        return sum([await self._rewrite(tid, choose) for tid in sorted(await self._thread_ids())])
+
+    # -- retention of tulip's objects ---------------------------------------------------------
     async def configure_lifecycle(
         self,
         days_until_archive: int | None = None,
@@ -570,15 +647,17 @@ class S3Backend(InTreeCheckpointer):
         *,
         storage_class: str = "GLACIER",
     ) -> dict[str, Any] | None:
-        """Write the bucket lifecycle rule that archives and expires this prefix's checkpoints.
+        """Write the bucket lifecycle rule that archives and expires this prefix's objects.
 
         S3 then does the clean-up itself: objects move to ``storage_class`` after
         ``days_until_archive`` days and are deleted after ``days_until_delete`` days. Other rules
         in the bucket are kept; calling again replaces this prefix's rule, and calling with both
         ``None`` removes it. Returns the rule written (or None when removed).
 
-        A thread whose checkpoints all expired loads as ``None``; one whose newest checkpoint
-        expired while ``_latest`` survived falls back to the newest remaining ``created_at``.
+        The rule covers tulip's objects (the projection, and checkpoints tulip wrote), not the
+        history (``history_prefix`` lies outside the prefix): an expired projection is written
+        again from the history when an instance next touches the thread; the history's retention
+        is :meth:`prune` and :meth:`vacuum`.
         """
         rule_id = lifecycle_id(self)
         rule = lifecycle_rule(rule_id, self.prefix, days_until_archive, days_until_delete, storage_class)
@@ -587,6 +666,35 @@ class S3Backend(InTreeCheckpointer):
             rules.append(rule)
         await self._run(self._io.put_lifecycle_rules, rules)
         return rule
+
+    # -- checks -------------------------------------------------------------------------------
+    async def check_store(self) -> list[str]:
+        """The history's bookkeeping: objects named and present, sharing recorded both ways ([]: all
+        is well). ``tulip-nb verify`` runs it."""
+        return await self._run(self.store.integrity_sync)
+
+    async def collect(self, older_than_hours: float = 1.0) -> int:
+        """Delete the history's objects no head names, written over ``older_than_hours`` ago: what
+        a process killed between writing its objects and swapping its head left behind (never read,
+        only stored). Younger ones are left: they may belong to a save about to commit. Returns
+        how many were deleted."""
+        if older_than_hours < 0:
+            raise UserError(f"older_than_hours must not be negative, got {older_than_hours!r}")
+        return await self._run(self.store.collect_sync, timedelta(hours=older_than_hours))
+
+    async def check_mirror(self, thread_id: str) -> list[str]:
+        """Problems with the thread's projection (none: tulip is shown what the history holds)."""
+        envs = await self._envelopes(thread_id)
+        want = await self._run(self.store.projected_sync, thread_id, self.every)
+        projected = {cid for cid, (_, ours) in envs.items() if ours}
+        problems = [f"{cid}: stale tulip envelope" for cid in sorted(projected - {i.checkpoint_id for i in want})]
+        for info in want:
+            have = envs.get(info.checkpoint_id)
+            if have is None or not have[1]:
+                problems.append(f"{info.checkpoint_id}: no tulip envelope")
+            elif have[0].metadata != info.metadata or have[0].created_at != info.created_at:
+                problems.append(f"{info.checkpoint_id}: the tulip envelope differs from the history")
+        return problems
 
 
 def lifecycle_id(backend: S3Backend) -> str:
