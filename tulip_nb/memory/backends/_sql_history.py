@@ -888,6 +888,16 @@ class SQLHistory(HistoryStore):
             for r in conn.execute(f"SELECT {_COLS} FROM checkpoints WHERE thread = ? {_ORDER}", (thread_id,))
         ]
 
+    def rows_in_limit(self, conn: Conn, thread_id: str, limit: int) -> list[Row]:
+        """The thread's newest ``limit`` rows, newest first."""
+        sql = f"SELECT {_COLS} FROM checkpoints WHERE thread = ? {_ORDER} LIMIT ?"
+        return [self._row(r, strict=False) for r in conn.execute(sql, (thread_id, limit)).fetchall()]
+
+    def all_rows_in(self, conn: Conn) -> list[Row]:
+        """Every row of every thread (by thread, newest first)."""
+        sql = f"SELECT {_COLS} FROM checkpoints ORDER BY thread, at_us DESC, cid DESC"
+        return [self._row(r, strict=False) for r in conn.execute(sql).fetchall()]
+
     def insert_in(self, conn: Conn, thread_id: str, write: RowWrite) -> Row:
         """Write one row (replacing a row with its id) and the entries it adds."""
         self._insert(conn, thread_id, write)
