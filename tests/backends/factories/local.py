@@ -33,7 +33,7 @@ FACTORIES: dict[str, Factory] = {
     "file": file_backend,
     "file-tulip": file_tulip_backend,
 }
-RACING = frozenset({"memory", "file", "file-tulip"})
-"""The factories above that run the suite's race cases (``CheckpointerSuite.races``): all of them,
-the history model's stores (a fork or copy is rows on shared entries, never a file of another
-thread's)."""
+RACING = frozenset({"memory", "file", "file-tulip", "postgresql", "postgresql-tulip", "mysql", "mysql-tulip"})
+"""The factories that run the suite's race cases (``CheckpointerSuite.races``): the history model's
+stores (a fork or copy is rows on shared entries, never a file of another thread's), these above
+and the SQL servers' (``kv.py``)."""

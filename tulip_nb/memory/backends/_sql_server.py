@@ -25,6 +25,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -74,6 +75,7 @@ class ServerDialect(Dialect):
         self.where = where
         self._pool_size = pool_size
         self._idle: list[Any] = []
+        self._open: weakref.WeakSet[Any] = weakref.WeakSet()
         self._sem = threading.BoundedSemaphore(pool_size)
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -148,16 +150,25 @@ class ServerDialect(Dialect):
                 self._idle, self._pid, self._ready = [], os.getpid(), False
                 self._sem = threading.BoundedSemaphore(self._pool_size)
         self._sem.acquire()
+        raw = None
         try:
             with self._lock:
                 raw = self._idle.pop() if self._idle else None
             if raw is None or self._broken(raw):
+                if raw is not None:
+                    with contextlib.suppress(Exception):
+                        raw.close()
+                raw = None
                 raw = self._connect()
+                self._open.add(raw)
             if not self._ready:
                 self._create(raw)
                 self._ready = True
             return raw
         except BaseException:
+            if raw is not None:
+                with contextlib.suppress(Exception):
+                    raw.close()
             self._sem.release()
             raise
 
@@ -216,8 +227,9 @@ class ServerDialect(Dialect):
 
     def close_sync(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, []
-        for raw in idle:
+            every = [*self._idle, *self._open]
+            self._idle = []
+        for raw in every:
             with contextlib.suppress(Exception):
                 raw.close()
 
