@@ -39,6 +39,7 @@ from tulip_nb.memory.backends._history_dir import is_turn_end
 from tulip_nb.memory.backends._kv import (
     INDEX_SUFFIX,
     IndexEntry,
+    KVStore,
     check_checkpoint_id,
     decode_record,
     encode_record,
@@ -84,13 +85,18 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
     save in flight.
     """
 
-    def __init__(self, dialect: ServerDialect, *, layout: Layout = "history", sign: bool = True) -> None:
+    def __init__(
+        self, dialect: ServerDialect, *, layout: Layout = "history", sign: bool = True, backend: KVStore | None = None
+    ) -> None:
         if layout not in ("history", "tulip"):
             raise UserError(f"layout must be 'history' or 'tulip', got {layout!r}")
         self.layout = layout
         self.every = layout == "tulip"
         self.sign = sign
         self.dialect = dialect
+        self.backend = backend
+        """The storage backend of tulip's table (raw keys: ``list_threads``, ``load``, ``vacuum`` of
+        rows), sharing nothing with the history but the table; None when not given."""
         self.store = SQLHistory(dialect)
         self._chains = ChainCache()
         self._blobs = MessageBlobCache()
@@ -458,6 +464,8 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
 
     async def close(self) -> None:
         self.store.close_sync()
+        if self.backend is not None:
+            await self.backend.close()
 
     def check_store(self) -> list[str]:
         """The entries' reference counts and the rows' derived columns ([] when all is well)."""

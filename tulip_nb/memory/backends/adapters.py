@@ -557,7 +557,7 @@ def postgresql_checkpointer(
     """
     from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
     from tulip_nb.memory.backends._sql_server import PostgresDialect
-    from tulip_nb.memory.backends.postgresql import kv_table_ddl
+    from tulip_nb.memory.backends.postgresql import PostgreSQLBackend, kv_table_ddl
 
     for legacy in ("min_pool_size", "max_pool_size"):  # the key-value adapter's pool sizes
         if legacy in connect_kwargs:
@@ -572,7 +572,8 @@ def postgresql_checkpointer(
         pool_size=pool_size,
         connect_kwargs=connect_kwargs,
     )
-    return SQLHistoryCheckpointer(dialect, layout=layout, sign=sign)
+    backend = PostgreSQLBackend(dsn=dsn, schema_name=schema_name, table_name=table_name, fts_index=fts_index)
+    return SQLHistoryCheckpointer(dialect, layout=layout, sign=sign, backend=backend)
 
 
 def mysql_checkpointer(
@@ -594,7 +595,7 @@ def mysql_checkpointer(
     """
     from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
     from tulip_nb.memory.backends._sql_server import MySQLDialect
-    from tulip_nb.memory.backends.mysql import kv_table_ddl, parse_mysql_dsn
+    from tulip_nb.memory.backends.mysql import MySQLBackend, kv_table_ddl, parse_mysql_dsn
 
     kwargs = {**parse_mysql_dsn(dsn), **connect_kwargs}
     ssl = kwargs.pop("ssl", None)
@@ -608,7 +609,8 @@ def mysql_checkpointer(
         return kv_table_ddl(f"`{table_name}`", table_name, nopad, charset, collation)
 
     dialect = MySQLDialect(kwargs, table_name=table_name, kv_ddl=ddl, pool_size=pool_size)
-    return SQLHistoryCheckpointer(dialect, layout=layout, sign=sign)
+    backend = MySQLBackend(dsn=dsn, table_name=table_name, charset=charset, collation=collation, **connect_kwargs)
+    return SQLHistoryCheckpointer(dialect, layout=layout, sign=sign, backend=backend)
 
 
 def opensearch_checkpointer(
