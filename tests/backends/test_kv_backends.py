@@ -29,6 +29,8 @@ def make(kind: str, name: str, **kw: Any) -> StorageBackendAdapter:
 
     if kind == "redis":
         return redis_checkpointer(url=kw.pop("url", REDIS_URL), prefix=name, **kw)
+    # these tests read tulip's whole layout (a record per checkpoint, the full index): layout="tulip"
+    kw.setdefault("layout", "tulip")
     if kind == "postgresql":
         return postgresql_checkpointer(dsn=kw.pop("dsn", PG_DSN), table_name=name, **kw)
     return mysql_checkpointer(dsn=kw.pop("dsn", MYSQL_DSN), table_name=name, ssl_disabled=True, **kw)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from tulip_nb.memory.backends.postgresql import PostgreSQLBackend
     from tulip_nb.memory.backends.redis import RedisBackend
     from tulip_nb.memory.backends.s3 import S3Backend, s3_checkpointer
+    from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
     from tulip_nb.memory.backends.tulip_pg import TulipPgCheckpointer
     from tulip_nb.memory.urls import checkpointer_from_url
 
@@ -46,6 +47,7 @@ _LAZY: dict[str, str] = {
     "MySQLBackend": "tulip_nb.memory.backends.mysql",
     "OpenSearchBackend": "tulip_nb.memory.backends.opensearch",
     "TulipPgCheckpointer": "tulip_nb.memory.backends.tulip_pg",
+    "SQLHistoryCheckpointer": "tulip_nb.memory.backends._history_kv",
     "checkpointer_from_url": "tulip_nb.memory.urls",
 }
 
@@ -60,6 +62,7 @@ __all__ = [
     "PostgreSQLBackend",
     "RedisBackend",
     "S3Backend",
+    "SQLHistoryCheckpointer",
     "StorageBackendAdapter",
     "TulipPgCheckpointer",
     "checkpointer_from_url",
