@@ -29,8 +29,6 @@ __all__ = ["gc_paused", "messages_from_json"]
 _ROLES = frozenset(("system", "user", "assistant", "tool"))
 _MESSAGE_FIELDS = frozenset(("role", "content", "tool_calls", "tool_call_id", "name", "metadata"))
 _CALL_FIELDS = frozenset(("id", "name", "arguments", "malformed_arguments"))
-_MESSAGE_ORDER = ("role", "content", "tool_calls", "tool_call_id", "name", "metadata")
-_CALL_ORDER = ("id", "name", "arguments", "malformed_arguments")
 _new = object.__new__
 _set = object.__setattr__
 # pydantic keeps these in slots; their descriptors set them without a generic attribute lookup
@@ -85,7 +83,7 @@ def _message(raw: Any) -> Message | None:
         if call is None:
             return None
         calls.append(call)
-        complete = complete and len(item) == 4 and tuple(item) == _CALL_ORDER
+        complete = complete and len(item) == 4
     extra = {k: v for k, v in raw.items() if k not in _MESSAGE_FIELDS} if len(raw) > 6 else {}
     message = _new(Message)
     fields = {
@@ -96,9 +94,7 @@ def _message(raw: Any) -> Message | None:
         "name": name,
         "metadata": freeze(metadata) if metadata else EMPTY,
     }
-    # the parsed dict is the message's JSON only with every key in field order (JSONB, say, sorts
-    # keys its own way: then pydantic serialises the fields, in their order)
-    if complete and tuple(raw)[:6] == _MESSAGE_ORDER:
+    if complete:  # else a default (malformed_arguments) is missing: pydantic serialises it
         fields[_JSON_RAW] = raw
     _set(message, "__dict__", fields)
     _set_fields_set(message, set(raw))

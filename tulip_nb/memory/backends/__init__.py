@@ -15,6 +15,7 @@ from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
     from tulip_nb.memory.backends.adapters import (
         StorageBackendAdapter,
         mysql_checkpointer,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from tulip_nb.memory.backends.postgresql import PostgreSQLBackend
     from tulip_nb.memory.backends.redis import RedisBackend
     from tulip_nb.memory.backends.s3 import S3Backend, s3_checkpointer
-    from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
     from tulip_nb.memory.backends.tulip_pg import TulipPgCheckpointer
     from tulip_nb.memory.urls import checkpointer_from_url
 

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from tulip_nb.core import parse_datetime
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, UserError
-from tulip_nb.core.state import AgentState, MessageBlobCache, state_json_parts
+from tulip_nb.core.state import AgentState, MessageBlobCache, message_digest, state_json_parts
 from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first
 from tulip_nb.memory.backends._history_common import (
     copied_metadata,
@@ -200,7 +200,27 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
                 created = parse_datetime(str(env["_checkpoint_timestamp"]))
             except (KeyError, ValueError) as e:
                 raise CheckpointCorrupt("tulip's record has no timestamp", path=where, thread_id=thread_id) from e
+        self._share_ours(conn, thread_id, state)
         return Checkpoint(cid, thread_id, created, state, dict(meta))
+
+    def _share_ours(self, conn: Conn, thread_id: str, state: AgentState) -> None:
+        """Put the history's own message objects in place of equal messages of a tulip record.
+
+        tulip's record repeats the messages it resumed from, as the store handed them back
+        (PostgreSQL's JSONB reorders keys): the messages equal to ours at the same place (by their
+        canonical digest) are ours, with the bytes we stored, so whatever was computed on them
+        (a manager's plan fingerprints, the entries a next save shares) still matches.
+        """
+        stored = self.store.load_in(conn, thread_id, None) if self.store.latest_in(conn, thread_id) else None
+        if stored is None:
+            return
+        ours = stored.checkpoint.state.messages
+        theirs = state.messages
+        shared = [
+            mine if i < len(ours) and message_digest(mine := ours[i]) == message_digest(m) else m
+            for i, m in enumerate(theirs)
+        ]
+        state.messages = shared
 
     # -- save ---------------------------------------------------------------------------------
     def _save_sync(

@@ -30,7 +30,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from tulip_nb.core.errors import BackendUnavailable, TulipNBError
+from tulip_nb.core.errors import BackendUnavailable, InvalidThreadId, TulipNBError
 from tulip_nb.memory.backends._kv import Copy, Delete, Op, Put
 from tulip_nb.memory.backends._sql_history import Conn, Cursor, Dialect
 
@@ -443,7 +443,7 @@ class MySQLDialect(ServerDialect):
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ImportError(
                 "the MySQL history store needs mysql-connector-python: pip install 'tulip_nb[mysql]'"
-            ) from e  # noqa: E501
+            ) from e
         self._mysql = mysql.connector
         table = _ident(table_name, "table_name", 64 - len("_h_entries"))
         where = f"mysql:{connect_kwargs.get('host', 'localhost')}:{connect_kwargs.get('port', 3306)}/{table}"
@@ -455,6 +455,9 @@ class MySQLDialect(ServerDialect):
         self._names = {"entries": self.entries, "checkpoints": self.rows}
         self._kv_ddl = kv_ddl
         self._mariadb: bool | None = None
+        self._exact_keys = False
+        """Whether tulip's key column compares bytes (NO PAD binary); until known, every write checks."""
+        self._key_width = 768
 
     def _connect(self) -> Any:
         try:
@@ -500,6 +503,18 @@ class MySQLDialect(ServerDialect):
                 f"INSERT IGNORE INTO {self.lock}(id) VALUES (1)",
             ):
                 cur.execute(stmt)
+            cur.execute(
+                "SELECT CHARACTER_MAXIMUM_LENGTH, COLLATION_NAME, DATA_TYPE FROM information_schema.COLUMNS"
+                " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = 'thread_id'",
+                (self._table,),
+            )
+            row: Any = cur.fetchone()
+            if row:
+                self._key_width = int(row[0] or self._key_width)
+                collation = str(row[1]) if row[1] is not None else ""
+                self._exact_keys = str(row[2]).lower() == "varbinary" or collation.endswith(
+                    ("_nopad_bin", "utf8mb4_0900_bin")
+                )
         finally:
             cur.close()
 
@@ -575,6 +590,26 @@ class MySQLDialect(ServerDialect):
         rows = conn.native(f"SELECT thread_id FROM {self.kv_table} WHERE RIGHT(thread_id, 13) = ':_checkpoints'")
         return [str(r[0]) for r in rows if str(r[0]).endswith(":_checkpoints")]
 
+    def _check_key(self, conn: _MyConn, key: str) -> None:
+        """Refuse a key the table cannot hold apart: too long, or one its collation equates with a
+        different stored key (a table tulip or an older tulip_nb created: trailing spaces or case
+        ignored). Nothing is written: the transaction rolls back."""
+        if len(key) > self._key_width:
+            raise InvalidThreadId(
+                f"key is {len(key)} characters; the table's thread_id column holds {self._key_width}",
+                path=key[:60] + "...",
+            )
+        if self._exact_keys:
+            return
+        for (stored,) in conn.native(f"SELECT thread_id FROM {self.kv_table} WHERE thread_id = %s", (key,)):
+            if stored != key:
+                raise InvalidThreadId(
+                    f"key {key!r} and the stored key {stored!r} are one key in table {self._table!r}: its"
+                    " thread_id column's collation ignores trailing spaces or case. Nothing was written."
+                    " MySQLBackend.migrate_key_column() makes the column byte-exact",
+                    path=key[:200],
+                )
+
     def kv_apply(self, conn: Conn, ops: Sequence[Op]) -> None:
         assert isinstance(conn, _MyConn)
         t = self.kv_table
@@ -584,18 +619,21 @@ class MySQLDialect(ServerDialect):
             "updated_at = VALUES(updated_at), metadata = VALUES(metadata)"
         )
         now = "UTC_TIMESTAMP(6)"
+        exact = "thread_id = %s AND CAST(thread_id AS BINARY) = CAST(%s AS BINARY)"
         for op in ops:
             match op:
                 case Put(key, value, meta):
+                    self._check_key(conn, key)
                     conn.native(
                         f"INSERT INTO {t} {cols} VALUES (%s, MD5(RAND()), %s, {now}, {now}, %s)" + upsert,
                         (key, value.decode(), meta.decode()),
                     )
                 case Copy(source, dest):
+                    self._check_key(conn, dest)
                     conn.native(
                         f"INSERT INTO {t} {cols} SELECT %s, MD5(RAND()), data, {now}, {now}, '{{}}'"
-                        f" FROM {t} WHERE thread_id = %s" + upsert,
-                        (dest, source),
+                        f" FROM {t} WHERE {exact}" + upsert,
+                        (dest, source, source),
                     )
                 case Delete(key):
-                    conn.native(f"DELETE FROM {t} WHERE thread_id = %s", (key,))
+                    conn.native(f"DELETE FROM {t} WHERE {exact}", (key, key))
