@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from tulip_nb.core.errors import BackendUnavailable, InvalidThreadId, TulipNBError
 from tulip_nb.memory.backends._kv import Copy, Delete, Op, Put
+from tulip_nb.memory.backends._mysql_tls import server_offers_tls
 from tulip_nb.memory.backends._sql_history import Conn, Cursor, Dialect
 
 __all__ = ["MySQLDialect", "PostgresDialect", "ServerDialect"]
@@ -110,6 +111,10 @@ class ServerDialect(Dialect):
     @abstractmethod
     def _broken(self, raw: Any) -> bool:
         """Whether a pooled connection can no longer be used."""
+
+    def _user_error(self, e: BaseException) -> TulipNBError | None:
+        """The caller's mistake a driver error stands for (a key too long for an index), if any."""
+        return None
 
     def translate(self, sql: str) -> str:
         """A query in SQLite's spelling, in this engine's (cached per statement)."""
@@ -212,6 +217,9 @@ class ServerDialect(Dialect):
             except TulipNBError:
                 raise
             except Exception as e:
+                mistake = self._user_error(e)
+                if mistake is not None:
+                    raise mistake from e
                 kind = self._classify(e)
                 if kind == "retry" and attempt < _MAX_RETRIES:
                     time.sleep(min(0.005 * 2**attempt, 0.2))
@@ -336,6 +344,11 @@ class PostgresDialect(ServerDialect):
     def _broken(self, raw: Any) -> bool:
         return bool(raw.closed or raw.broken)
 
+    def _user_error(self, e: BaseException) -> TulipNBError | None:
+        if isinstance(e, self._psycopg.errors.ProgramLimitExceeded):
+            return InvalidThreadId(f"a key too long for PostgreSQL's index: {e}", path=self.where)
+        return None
+
     def _classify(self, e: BaseException) -> str | None:
         errors = self._psycopg.errors
         if isinstance(e, errors.SerializationFailure | errors.DeadlockDetected):
@@ -437,6 +450,7 @@ class MySQLDialect(ServerDialect):
         table_name: str,
         kv_ddl: Callable[[str | None], str],
         pool_size: int = 4,
+        tls_required: str | None = None,
     ) -> None:
         try:
             import mysql.connector
@@ -454,16 +468,41 @@ class MySQLDialect(ServerDialect):
         self.entries, self.rows, self.lock = (f"`{table}{s}`" for s in _SIDE)
         self._names = {"entries": self.entries, "checkpoints": self.rows}
         self._kv_ddl = kv_ddl
+        self._tls_required = tls_required
+        """Why TLS is required (``ssl='required'``, a certificate option), or None: TLS when offered."""
         self._mariadb: bool | None = None
         self._exact_keys = False
         """Whether tulip's key column compares bytes (NO PAD binary); until known, every write checks."""
         self._key_width = 768
 
+    def _refuse_without_tls(self) -> None:
+        """With TLS required, ask the server's greeting before the driver connects (never a silent
+        plain connection, and a clear error instead of the driver's)."""
+        if not self._tls_required or self._kwargs.get("unix_socket"):
+            return
+        host, port = str(self._kwargs.get("host", "localhost")), int(self._kwargs.get("port", 3306))
+        timeout = float(self._kwargs.get("connection_timeout") or 10)
+        if asyncio.run(server_offers_tls(host, port, timeout)) is False:
+            raise BackendUnavailable(
+                f"history store: TLS is required ({self._tls_required}) but the server at {host}:{port} does not"
+                " offer it: enable TLS on the server, or connect with ?ssl=preferred (TLS when offered) or"
+                " ?ssl=disabled",
+                path=self.where,
+            )
+
     def _connect(self) -> Any:
+        self._refuse_without_tls()
         try:
             raw = self._mysql.connect(**self._kwargs)
         except self._mysql.Error as e:
             raise BackendUnavailable(f"history store: cannot reach MySQL: {e}", path=self.where) from e
+        if self._tls_required and not raw.is_secure:
+            raw.close()
+            raise BackendUnavailable(
+                f"history store: TLS is required ({self._tls_required}) but the connection to {self.where} is not"
+                " encrypted: the server does not offer it",
+                path=self.where,
+            )
         cur = raw.cursor()
         cur.execute("SELECT VERSION()")
         row: Any = cur.fetchone()

@@ -594,12 +594,13 @@ def mysql_checkpointer(
     ``mysql.connector.connect``.
     """
     from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
+    from tulip_nb.memory.backends._mysql_tls import tls_choice
     from tulip_nb.memory.backends._sql_server import MySQLDialect
     from tulip_nb.memory.backends.mysql import MySQLBackend, kv_table_ddl, parse_mysql_dsn
 
     kwargs = {**parse_mysql_dsn(dsn), **connect_kwargs}
-    ssl = kwargs.pop("ssl", None)
-    if isinstance(ssl, str) and ssl.lower() == "disabled":
+    mode, why = tls_choice(kwargs)  # the rules of MySQLBackend (_mysql_tls): preferred by default
+    if mode == "disabled":
         kwargs["ssl_disabled"] = True
     kwargs.pop("max_pool_size", None)
     kwargs.setdefault("charset", charset)
@@ -608,7 +609,8 @@ def mysql_checkpointer(
     def ddl(nopad: str | None) -> str:
         return kv_table_ddl(f"`{table_name}`", table_name, nopad, charset, collation)
 
-    dialect = MySQLDialect(kwargs, table_name=table_name, kv_ddl=ddl, pool_size=pool_size)
+    tls = why if mode == "required" else None
+    dialect = MySQLDialect(kwargs, table_name=table_name, kv_ddl=ddl, pool_size=pool_size, tls_required=tls)
     backend = MySQLBackend(dsn=dsn, table_name=table_name, charset=charset, collation=collation, **connect_kwargs)
     return SQLHistoryCheckpointer(dialect, layout=layout, sign=sign, backend=backend)
 
