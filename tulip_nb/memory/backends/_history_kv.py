@@ -65,6 +65,8 @@ from tulip_nb.memory.retention import plan_prune
 __all__ = ["SQLHistoryCheckpointer"]
 
 Layout = Literal["history", "tulip"]
+_OWN_CACHE = 100_000
+"""How many verdicts "tulip's own record" an instance remembers before it starts over."""
 
 
 def _info(e: IndexEntry, thread_id: str) -> CheckpointInfo:
@@ -100,6 +102,8 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
         self.store = SQLHistory(dialect)
         self._chains = ChainCache()
         self._blobs = MessageBlobCache()
+        self._own: set[tuple[str, str]] = set()
+        """(thread, checkpoint id) of records known to be tulip's own (see :meth:`_tulip`)."""
 
     def __repr__(self) -> str:
         return f"SQLHistoryCheckpointer({self.dialect.where!r}, layout={self.layout!r})"
@@ -122,7 +126,12 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
         return parse_index(self.dialect.kv_get_many(conn, [key]).get(key), where=f"{self.dialect.where}:{key}")
 
     def _tulip(self, conn: Conn, thread_id: str, entries: list[IndexEntry]) -> list[IndexEntry]:
-        """tulip's own entries of the index (not rows of the history, not our projections)."""
+        """tulip's own entries of the index (not rows of the history, not our projections).
+
+        A record's mark is read once per instance: a record tulip wrote is never rewritten under
+        its id by us (we write records for rows only), so its verdict is remembered (reading the
+        mark reads the whole record on the server).
+        """
         if not entries:
             return []
         cids = [e.checkpoint_id for e in entries]
@@ -133,8 +142,15 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
                 f"SELECT cid FROM checkpoints WHERE thread = ? AND cid IN ({marks})", (thread_id, *cids)
             ).fetchall()
         }
-        keys = [record_key(thread_id, c) for c in cids if c not in rows]
-        return tulips_own(thread_id, entries, rows, self.dialect.kv_marks(conn, keys))
+        own = self._own
+        ask = [record_key(thread_id, c) for c in cids if c not in rows and (thread_id, c) not in own]
+        found = self.dialect.kv_marks(conn, ask)
+        known = {record_key(thread_id, c): None for c in cids if c not in rows and (thread_id, c) in own}
+        out = tulips_own(thread_id, entries, rows, {**found, **known})
+        if len(own) > _OWN_CACHE:
+            own.clear()
+        own.update((thread_id, e.checkpoint_id) for e in out)
+        return out
 
     def _record(self, ckpt: Checkpoint) -> bytes:
         state = b"".join(state_json_parts(ckpt.state, cache=self._blobs, key=ckpt.thread_id))
@@ -359,6 +375,22 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
 
         return self.store.read_sync(txn)
 
+    def _thread_ids_sync(self) -> list[str]:
+        def txn(conn: Conn) -> list[str]:
+            ids = set(self.store.threads_in(conn))
+            for key in self.dialect.kv_index_keys(conn):
+                tid = key[: -len(INDEX_SUFFIX)]
+                if tid in ids:
+                    continue
+                try:
+                    if self._tulip(conn, tid, self._index(conn, tid)):
+                        ids.add(tid)
+                except CheckpointCorrupt:
+                    continue
+            return sorted(ids)
+
+        return self.store.read_sync(txn)
+
     # -- delete, copy, prune, vacuum ----------------------------------------------------------
     def _delete_sync(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
         validate_thread_id(thread_id)
@@ -466,6 +498,9 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
 
     async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
         return await self.store._run(self._all_infos_sync)
+
+    async def _thread_ids(self) -> list[str]:
+        return await self.store._run(self._thread_ids_sync)
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         return await self.store._run(self._copy_sync, source_thread_id, dest_thread_id)
