@@ -314,16 +314,21 @@ class PostgresDialect(ServerDialect):
         except self._psycopg.Error as e:
             raise BackendUnavailable(f"history store: cannot reach PostgreSQL: {e}", path=self.where) from e
 
+    def _have_tables(self, raw: Any) -> bool:
+        # the lock table is created last, so with it there the others are too
+        names = (self.kv_table, self.entries, self.rows, self.lock)
+        sql = "SELECT " + " AND ".join(["to_regclass(%s) IS NOT NULL"] * len(names))
+        return bool(raw.execute(sql, names).fetchone()[0])
+
     def _create(self, raw: Any) -> None:
-        have = raw.execute(
-            "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
-            (self.entries, self.lock, self.kv_table),
-        ).fetchone()[0]
-        if have:
+        if self._have_tables(raw):
             return
         with raw.transaction():
-            # concurrent first uses in several processes: one runs the DDL, the others wait
+            # concurrent first uses in several processes: one runs the DDL, the others wait, then
+            # find it done (DDL on tables in use by then would take locks that deadlock with saves)
             raw.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tulip_nb:{self.kv_table}",))
+            if self._have_tables(raw):
+                return
             raw.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
             for stmt in (*self._kv_ddl, *self._ddl):
                 raw.execute(stmt)
