@@ -14,7 +14,7 @@ history) are checkpoints of the thread: its latest is the newest of the rows and
 next save chains after it. tulip deleting its own checkpoints (or the projection) takes nothing
 from the history: the next write projects the thread again.
 
-Every row carries a content digest checked on load; ``sign=True`` (opt-in) hash-chains the saves.
+Every row carries a content digest checked on load; ``sign=True`` hash-chains the saves.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
     """
 
     def __init__(
-        self, dialect: ServerDialect, *, layout: Layout = "history", sign: bool = False, backend: KVStore | None = None
+        self, dialect: ServerDialect, *, layout: Layout = "history", sign: bool = True, backend: KVStore | None = None
     ) -> None:
         if layout not in ("history", "tulip"):
             raise UserError(f"layout must be 'history' or 'tulip', got {layout!r}")

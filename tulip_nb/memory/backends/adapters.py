@@ -541,7 +541,7 @@ def postgresql_checkpointer(
     schema_name: str = "public",
     table_name: str = "checkpoints",
     *,
-    sign: bool = False,
+    sign: bool = True,
     layout: Literal["history", "tulip"] = "history",
     pool_size: int = 4,
     fts_index: bool = False,
@@ -553,10 +553,7 @@ def postgresql_checkpointer(
     on first use); tulip's table holds the projection, written in the same transaction: the latest
     turn end (``layout="history"``) or every checkpoint (``layout="tulip"``). A tulip agent resumes
     any thread, and tulip_nb continues after a tulip agent's turns
-    (:mod:`~tulip_nb.memory.backends._history_kv`). Every row carries a content digest checked on
-    load; ``sign=True`` adds the tamper-evident hash chain (opt-in, as on the file store: it
-    re-canonicalises the state's other fields at every save). ``connect_kwargs`` go to
-    ``psycopg.connect``.
+    (:mod:`~tulip_nb.memory.backends._history_kv`). ``connect_kwargs`` go to ``psycopg.connect``.
     """
     from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
     from tulip_nb.memory.backends._sql_server import PostgresDialect
@@ -583,7 +580,7 @@ def mysql_checkpointer(
     dsn: str = "mysql://root@localhost:3306/tulip",
     table_name: str = "checkpoints",
     *,
-    sign: bool = False,
+    sign: bool = True,
     layout: Literal["history", "tulip"] = "history",
     pool_size: int = 4,
     charset: str = "utf8mb4",
