@@ -7,7 +7,7 @@ size (tulip's table and the history's side tables) after 100 and 300 turns. The 
 afterwards. Run once; it is a measurement, not a test::
 
     python scripts/sql_history_growth.py                     # PostgreSQL, layout="history"
-    python scripts/sql_history_growth.py --kind mysql --layout tulip
+    python scripts/sql_history_growth.py --kind mysql --layout tulip --no-sign
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.research import record  # noqa: E402
-from tulip_nb.memory.backends import mysql_checkpointer, postgresql_checkpointer  # noqa: E402
+from bench.research import record
+from tulip_nb.memory.backends import mysql_checkpointer, postgresql_checkpointer
 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 MYSQL_DSN = "mysql://root@127.0.0.1:3306/test"
@@ -69,13 +69,13 @@ def drop(cp: Any, kind: str) -> None:
         raw.close()
 
 
-async def main(kind: str, layout: str, turns: int, work: Any) -> None:
+async def main(kind: str, layout: str, turns: int, work: Any, sign: bool = True) -> None:
     print(work.describe())
     table = f"tnb_growth_{uuid.uuid4().hex[:10]}"
     if kind == "postgresql":
-        cp = postgresql_checkpointer(PG_DSN, table_name=table, layout=layout)
+        cp = postgresql_checkpointer(PG_DSN, table_name=table, layout=layout, sign=sign)
     else:
-        cp = mysql_checkpointer(MYSQL_DSN, table_name=table, layout=layout, ssl_disabled=True)
+        cp = mysql_checkpointer(MYSQL_DSN, table_name=table, layout=layout, ssl_disabled=True, sign=sign)
     messages = work.fresh_messages()
     parsed = [s.parse() for s in work.saves]
     times: list[float] = []
@@ -91,7 +91,7 @@ async def main(kind: str, layout: str, turns: int, work: Any) -> None:
                 turn += 1
                 if turn in (100, turns):
                     sizes[turn] = table_bytes(cp, kind)
-        print(f"{kind}, layout={layout}: {len(times):,} saves in {sum(times):.1f} s")
+        print(f"{kind}, layout={layout}, sign={sign}: {len(times):,} saves in {sum(times):.1f} s")
         print(f"  first 100 saves {sum(times[:100]):.2f} s, last 100 {sum(times[-100:]):.2f} s", end="")
         print(f" (last/first {sum(times[-100:]) / sum(times[:100]):.2f})")
         for source in ("iteration", "final"):
@@ -121,5 +121,7 @@ if __name__ == "__main__":
     parser.add_argument("--kind", choices=["postgresql", "mysql"], default="postgresql")
     parser.add_argument("--layout", choices=["history", "tulip"], default="history")
     parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--no-sign", action="store_true", help="sign=False (no hash chain)")
     args = parser.parse_args()
-    asyncio.run(main(args.kind, args.layout, args.turns, record(args.turns)))  # record runs its own loop
+    work = record(args.turns)  # runs its own event loop
+    asyncio.run(main(args.kind, args.layout, args.turns, work, sign=not args.no_sign))
