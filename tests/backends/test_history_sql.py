@@ -98,6 +98,21 @@ async def test_a_long_thread_stores_each_message_once(sql: tuple[str, str]) -> N
         await cp.close()
 
 
+async def test_a_history_longer_than_the_servers_recursion_default_loads(sql: tuple[str, str]) -> None:
+    """MySQL and MariaDB stop a recursive query after 1,000 rounds unless told otherwise."""
+    cp = make(*sql)
+    try:
+        state = AgentState(messages=[Message.user(f"m{i}") for i in range(1500)])
+        cid = await cp.save(state, "long")
+        for checkpoint_id in (None, cid):
+            loaded = await cp.load("long", checkpoint_id)
+            assert loaded is not None and loaded.to_json_bytes() == state.to_json_bytes()
+        [got] = await cp.load_checkpoints("long", [cid])
+        assert not isinstance(got, Exception) and len(got.state.messages) == 1500
+    finally:
+        await cp.close()
+
+
 async def test_copy_and_fork_write_rows_not_entries(sql: tuple[str, str]) -> None:
     cp = make(*sql)
     try:

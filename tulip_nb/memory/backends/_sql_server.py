@@ -513,7 +513,11 @@ class MySQLDialect(ServerDialect):
         row: Any = cur.fetchone()
         version = str(row[0])
         self._mariadb = "mariadb" in version.lower()
-        if not self._mariadb:  # MySQL caps recursive CTEs at 1,000 rows by default; a walk is one per message
+        # both cap a recursive CTE at 1,000 rounds by default, and a history walk is one per message
+        # (every walk is bounded by its own depth counter)
+        if self._mariadb:
+            cur.execute("SET SESSION max_recursive_iterations = 4294967295")
+        else:
             cur.execute("SET SESSION cte_max_recursion_depth = 4294967295")
         cur.close()
         return raw
