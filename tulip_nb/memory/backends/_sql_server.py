@@ -77,6 +77,8 @@ class ServerDialect(Dialect):
         self._pool_size = pool_size
         self._idle: list[Any] = []
         self._open: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._inherited: list[Any] = []
+        """A forked child's copies of the parent's connections: kept, never used nor closed."""
         self._sem = threading.BoundedSemaphore(pool_size)
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -151,8 +153,10 @@ class ServerDialect(Dialect):
     # -- pool ---------------------------------------------------------------------------------
     def _acquire(self) -> Any:
         if self._pid != os.getpid():  # a forked child: the parent's sockets are not ours
-            with self._lock:
+            with self._lock:  # (never closed here: that would end the parent's sessions)
+                self._inherited = [*self._idle, *self._open]
                 self._idle, self._pid, self._ready = [], os.getpid(), False
+                self._open = weakref.WeakSet()
                 self._sem = threading.BoundedSemaphore(self._pool_size)
         self._sem.acquire()
         raw = None
