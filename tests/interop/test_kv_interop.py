@@ -61,10 +61,10 @@ async def both(request: Any) -> AsyncIterator[tuple[Any, Any]]:
         ours = redis_checkpointer(url=REDIS_URL, prefix=name, layout="tulip")
         theirs = tulip_backends.redis_checkpointer(url=REDIS_URL, prefix=name)
     elif kind == "postgresql":
-        ours = postgresql_checkpointer(dsn=PG_DSN, table_name=name)
+        ours = postgresql_checkpointer(dsn=PG_DSN, table_name=name, layout="tulip")
         theirs = tulip_backends.postgresql_checkpointer(dsn=PG_DSN, table_name=name)
     else:
-        ours = mysql_checkpointer(dsn=MYSQL_DSN, table_name=name, ssl_disabled=True)
+        ours = mysql_checkpointer(dsn=MYSQL_DSN, table_name=name, ssl_disabled=True, layout="tulip")
         theirs = tulip_backends.mysql_checkpointer(dsn=MYSQL_DSN + "?ssl_disabled=1", table_name=name)
     try:
         yield ours, theirs

@@ -362,12 +362,13 @@ def test_file_to_postgresql_copy_is_identical_and_verifies(tmp_path: Path) -> No
     from tests.conftest import require_service
 
     require_service("postgresql", "127.0.0.1", 5432)
-    from tulip_nb.memory.backends import postgresql_checkpointer
+    from tulip_nb.memory.backends import PostgreSQLBackend, StorageBackendAdapter
 
     src = FileCheckpointer(tmp_path / "threads", fsync=False)
     record_args_thread(src, "pg-args", turns=35)
     table = unique("tnb_pos_")
-    pg = postgresql_checkpointer(dsn=PG_DSN, table_name=table)
+    # tulip's key-value layout itself (JSONB, keys reordered), not the history (which keeps the bytes)
+    pg = StorageBackendAdapter(PostgreSQLBackend(dsn=PG_DSN, table_name=table))
     try:
         report = export_threads(src, pg, ["pg-args"], progress=False)
         assert report["verified"].all() and report["error"].isna().all(), report.to_dict("records")

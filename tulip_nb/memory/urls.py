@@ -9,8 +9,8 @@ the name of an existing directory
 ``memory:``                                    a new :class:`MemoryCheckpointer`
 ``s3://bucket/prefix/?endpoint_url=...``       :class:`S3Backend` (also ``region_name``)
 ``redis://host:6379/0?prefix=...&layout=``     ``redis_checkpointer`` (also ``ttl_seconds``)
-``postgresql://user@host/db?table_name=...``   ``postgresql_checkpointer`` (also ``schema_name``)
-``mysql://root@host:3306/db?table_name=...``   ``mysql_checkpointer`` (also ``ssl=``, below)
+``postgresql://user@host/db?table_name=...``   ``postgresql_checkpointer`` (also ``schema_name``, ``layout``)
+``mysql://root@host:3306/db?table_name=...``   ``mysql_checkpointer`` (also ``layout``, ``ssl=``, below)
 ``opensearch://host:9200?index_name=...``      ``opensearch_checkpointer`` (``opensearchs://`` for TLS)
 ``http://host:8000/prefix``, ``https://...``   :class:`HTTPCheckpointer`
 =============================================  ==============================================
@@ -144,12 +144,12 @@ def checkpointer_from_url(url: str, **kwargs: Any) -> BaseCheckpointer:
     if scheme in ("postgresql", "postgres"):
         from tulip_nb.memory.backends.adapters import postgresql_checkpointer
 
-        clean, options = _split_options(url, {"table_name", "schema_name"})
+        clean, options = _split_options(url, {"table_name", "schema_name", "layout"})
         return postgresql_checkpointer(dsn=clean, **{**options, **kwargs})
     if scheme == "mysql":
         from tulip_nb.memory.backends.adapters import mysql_checkpointer
 
-        clean, options = _split_options(url, {"table_name"})
+        clean, options = _split_options(url, {"table_name", "layout"})
         return mysql_checkpointer(dsn=clean, **{**options, **kwargs})
     if scheme in ("opensearch", "opensearchs"):
         from tulip_nb.memory.backends.adapters import opensearch_checkpointer

@@ -36,12 +36,17 @@ async def drop_redis_prefix(prefix: str) -> None:
         await client.aclose()
 
 
+HISTORY_TABLES = ("", "_h_entries", "_h_rows", "_h_lock")
+"""tulip's table and the history's side tables beside it (``<table>_h_*``)."""
+
+
 async def drop_pg_table(table: str, schema: str = "public") -> None:
     import asyncpg
 
     conn = await asyncpg.connect(PG_DSN)
     try:
-        await conn.execute(f'DROP TABLE IF EXISTS "{schema}"."{table}"')
+        for suffix in HISTORY_TABLES:
+            await conn.execute(f'DROP TABLE IF EXISTS "{schema}"."{table}{suffix}"')
     finally:
         await conn.close()
 
@@ -52,7 +57,8 @@ async def drop_mysql_table(table: str) -> None:
     conn = await connect(host="127.0.0.1", port=3306, user="root", password="", database="test", ssl_disabled=True)
     try:
         cur = await conn.cursor()
-        await cur.execute(f"DROP TABLE IF EXISTS `{table}`")
+        for suffix in HISTORY_TABLES:
+            await cur.execute(f"DROP TABLE IF EXISTS `{table}{suffix}`")
         await cur.close()
         await conn.commit()
     finally:
@@ -90,6 +96,18 @@ async def postgresql_backend(tmp_path: Path) -> AsyncIterator[Opener]:
 
 
 @contextlib.asynccontextmanager
+async def postgresql_tulip_backend(tmp_path: Path) -> AsyncIterator[Opener]:
+    require_service("postgresql", "127.0.0.1", 5432)
+    from tulip_nb.memory.backends import postgresql_checkpointer
+
+    table = unique("tnb_test_")
+    try:
+        yield opener(lambda: postgresql_checkpointer(dsn=PG_DSN, table_name=table, layout="tulip"))
+    finally:
+        await drop_pg_table(table)
+
+
+@contextlib.asynccontextmanager
 async def mysql_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     require_service("mysql", "127.0.0.1", 3306)
     from tulip_nb.memory.backends import mysql_checkpointer
@@ -101,10 +119,24 @@ async def mysql_backend(tmp_path: Path) -> AsyncIterator[Opener]:
         await drop_mysql_table(table)
 
 
+@contextlib.asynccontextmanager
+async def mysql_tulip_backend(tmp_path: Path) -> AsyncIterator[Opener]:
+    require_service("mysql", "127.0.0.1", 3306)
+    from tulip_nb.memory.backends import mysql_checkpointer
+
+    table = unique("tnb_test_")
+    try:
+        yield opener(lambda: mysql_checkpointer(dsn=MYSQL_DSN, table_name=table, ssl_disabled=True, layout="tulip"))
+    finally:
+        await drop_mysql_table(table)
+
+
 FACTORIES: dict[str, Factory] = {
     "redis": redis_factory("history"),
     "redis-tulip": redis_factory("tulip"),
     "redis-kv": redis_factory("kv"),
     "postgresql": postgresql_backend,
+    "postgresql-tulip": postgresql_tulip_backend,
     "mysql": mysql_backend,
+    "mysql-tulip": mysql_tulip_backend,
 }

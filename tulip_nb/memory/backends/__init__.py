@@ -15,6 +15,7 @@ from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
     from tulip_nb.memory.backends.adapters import (
         StorageBackendAdapter,
         mysql_checkpointer,
@@ -48,6 +49,7 @@ _LAZY: dict[str, str] = {
     "MySQLBackend": "tulip_nb.memory.backends.mysql",
     "OpenSearchBackend": "tulip_nb.memory.backends.opensearch",
     "TulipPgCheckpointer": "tulip_nb.memory.backends.tulip_pg",
+    "SQLHistoryCheckpointer": "tulip_nb.memory.backends._history_kv",
     "checkpointer_from_url": "tulip_nb.memory.urls",
 }
 
@@ -63,6 +65,7 @@ __all__ = [
     "RedisBackend",
     "RedisHistoryCheckpointer",
     "S3Backend",
+    "SQLHistoryCheckpointer",
     "StorageBackendAdapter",
     "TulipPgCheckpointer",
     "checkpointer_from_url",

@@ -33,10 +33,10 @@ import orjson
 
 from tulip_nb.core import parse_datetime
 from tulip_nb.core.errors import CheckpointCorrupt, InvalidThreadId
-from tulip_nb.core.fastload import gc_paused
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory._envelope import state_from_obj
 from tulip_nb.memory.checkpointer import CheckpointInfo
+from tulip_nb.memory.history import PROJECTION_KEY
 from tulip_nb.memory.retention import relink
 
 __all__ = [
@@ -163,27 +163,21 @@ def encode_record(state_bytes: bytes, checkpoint_id: str, created_at: datetime, 
 def decode_record(raw: bytes | str, *, where: str, thread_id: str) -> tuple[AgentState, dict[str, Any]]:
     """Parse a flattened record into (state, the ``_`` keys that were around it).
 
-    orjson parses, the messages take :mod:`tulip_nb.core.fastload`'s path and only the other fields
-    go through pydantic (:func:`~tulip_nb.memory._envelope.state_from_obj`): validating the whole
-    record with pydantic was 46 % of a load on PostgreSQL and Redis.
+    The messages take :mod:`tulip_nb.core.fastload`'s path (pydantic's only for odd ones); the
+    projection mark of a record tulip_nb wrote (:data:`~tulip_nb.memory.history.PROJECTION_KEY`)
+    is not part of the state and is dropped.
     """
     try:
-        with gc_paused():
-            obj = orjson.loads(raw)
+        obj = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
-        raise CheckpointCorrupt(
-            f"not a valid checkpoint record: not JSON ({e})", path=where, thread_id=thread_id
-        ) from e
+        raise CheckpointCorrupt(f"not a valid checkpoint record: {e}", path=where, thread_id=thread_id) from e
     if not isinstance(obj, dict):
-        raise CheckpointCorrupt(
-            f"not a valid checkpoint record: a JSON {type(obj).__name__}, not an object",
-            path=where,
-            thread_id=thread_id,
-        )
+        what = f"not a valid checkpoint record: a JSON {type(obj).__name__}, not an object"
+        raise CheckpointCorrupt(what, path=where, thread_id=thread_id)
     envelope = {k: obj.pop(k) for k in _ENVELOPE_KEYS if k in obj}
+    obj.pop(PROJECTION_KEY, None)
     try:
-        with gc_paused():
-            state = state_from_obj(obj, where=where, thread_id=thread_id)
+        state = state_from_obj(obj, where=where, thread_id=thread_id)
     except CheckpointCorrupt as e:
         raise CheckpointCorrupt(f"not a valid checkpoint record: {e.message}", path=where, thread_id=thread_id) from e
     return state, envelope

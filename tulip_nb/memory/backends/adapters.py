@@ -56,7 +56,7 @@ import inspect
 import weakref
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import orjson
 
@@ -108,6 +108,10 @@ __all__ = [
 
 _SNAPSHOT_TRIES = 20
 """How often a copy re-reads a source that keeps changing under it before it gives up."""
+
+if TYPE_CHECKING:
+    from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
+
 _NO_LIMIT = 2**31 - 1
 """What ``limit=None`` (no limit) becomes where a store needs a number (SQL ``LIMIT``)."""
 
@@ -594,13 +598,38 @@ def postgresql_checkpointer(
     table_name: str = "checkpoints",
     *,
     sign: bool = True,
-    **kwargs: Any,
-) -> StorageBackendAdapter:
-    """A checkpointer on PostgreSQL (table ``<schema>.<table>``, created on first save)."""
-    from tulip_nb.memory.backends.postgresql import PostgreSQLBackend
+    layout: Literal["history", "tulip"] = "history",
+    pool_size: int = 4,
+    fts_index: bool = False,
+    **connect_kwargs: Any,
+) -> SQLHistoryCheckpointer:
+    """A checkpointer on PostgreSQL: the history model beside tulip's table ``<schema>.<table>``.
 
-    backend = PostgreSQLBackend(dsn=dsn, schema_name=schema_name, table_name=table_name, **kwargs)
-    return StorageBackendAdapter(backend, sign=sign)
+    The history lives in ``<table>_h_entries`` / ``<table>_h_rows`` / ``<table>_h_lock`` (created
+    on first use); tulip's table holds the projection, written in the same transaction: the latest
+    turn end (``layout="history"``) or every checkpoint (``layout="tulip"``). A tulip agent resumes
+    any thread, and tulip_nb continues after a tulip agent's turns
+    (:mod:`~tulip_nb.memory.backends._history_kv`). ``connect_kwargs`` go to ``psycopg.connect``.
+    """
+    from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
+    from tulip_nb.memory.backends._sql_server import PostgresDialect
+    from tulip_nb.memory.backends.postgresql import PostgreSQLBackend, kv_table_ddl
+
+    for legacy in ("min_pool_size", "max_pool_size"):  # the key-value adapter's pool sizes
+        if legacy in connect_kwargs:
+            size = connect_kwargs.pop(legacy)
+            pool_size = max(pool_size, size) if legacy == "max_pool_size" else pool_size
+    table = f'"{schema_name}"."{table_name}"'
+    dialect = PostgresDialect(
+        dsn,
+        schema_name=schema_name,
+        table_name=table_name,
+        kv_ddl=kv_table_ddl(table, table_name, fts_index=fts_index),
+        pool_size=pool_size,
+        connect_kwargs=connect_kwargs,
+    )
+    backend = PostgreSQLBackend(dsn=dsn, schema_name=schema_name, table_name=table_name, fts_index=fts_index)
+    return SQLHistoryCheckpointer(dialect, layout=layout, sign=sign, backend=backend)
 
 
 def mysql_checkpointer(
@@ -608,12 +637,38 @@ def mysql_checkpointer(
     table_name: str = "checkpoints",
     *,
     sign: bool = True,
-    **kwargs: Any,
-) -> StorageBackendAdapter:
-    """A checkpointer on MySQL / MariaDB (table created on first save)."""
-    from tulip_nb.memory.backends.mysql import MySQLBackend
+    layout: Literal["history", "tulip"] = "history",
+    pool_size: int = 4,
+    charset: str = "utf8mb4",
+    collation: str = "utf8mb4_unicode_ci",
+    **connect_kwargs: Any,
+) -> SQLHistoryCheckpointer:
+    """A checkpointer on MySQL 8 / MariaDB 10.5+: the history model beside tulip's table.
 
-    return StorageBackendAdapter(MySQLBackend(dsn=dsn, table_name=table_name, **kwargs), sign=sign)
+    As :func:`postgresql_checkpointer` (side tables ``<table>_h_*``, the projection in the same
+    transaction). ``connect_kwargs`` (and the DSN's query, ``?ssl=disabled`` too) go to
+    ``mysql.connector.connect``.
+    """
+    from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
+    from tulip_nb.memory.backends._mysql_tls import tls_choice
+    from tulip_nb.memory.backends._sql_server import MySQLDialect
+    from tulip_nb.memory.backends.mysql import MySQLBackend, kv_table_ddl, parse_mysql_dsn
+
+    kwargs = {**parse_mysql_dsn(dsn), **connect_kwargs}
+    mode, why = tls_choice(kwargs)  # the rules of MySQLBackend (_mysql_tls): preferred by default
+    if mode == "disabled":
+        kwargs["ssl_disabled"] = True
+    kwargs.pop("max_pool_size", None)
+    kwargs.setdefault("charset", charset)
+    kwargs.setdefault("collation", collation)
+
+    def ddl(nopad: str | None) -> str:
+        return kv_table_ddl(f"`{table_name}`", table_name, nopad, charset, collation)
+
+    tls = why if mode == "required" else None
+    dialect = MySQLDialect(kwargs, table_name=table_name, kv_ddl=ddl, pool_size=pool_size, tls_required=tls)
+    backend = MySQLBackend(dsn=dsn, table_name=table_name, charset=charset, collation=collation, **connect_kwargs)
+    return SQLHistoryCheckpointer(dialect, layout=layout, sign=sign, backend=backend)
 
 
 def opensearch_checkpointer(

@@ -77,7 +77,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("MySQLBackend needs mysql-connector-python: pip install 'tulip_nb[mysql]'") from e
 
-__all__ = ["MySQLBackend", "parse_mysql_dsn"]
+__all__ = ["MySQLBackend", "kv_table_ddl", "parse_mysql_dsn"]
 
 T = TypeVar("T")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -103,6 +103,22 @@ def parse_mysql_dsn(dsn: str) -> dict[str, Any]:
         low = value.lower()
         out[key] = True if low in ("true", "1", "yes") else False if low in ("false", "0", "no") else value
     return out
+
+
+def kv_table_ddl(table: str, name: str, nopad: str | None, charset: str, collation: str) -> str:
+    """The statement that creates tulip's table ``table`` (quoted); ``nopad``: the key's NO PAD
+    binary collation (None: the server has none, ``utf8mb4_bin``)."""
+    return f"""CREATE TABLE IF NOT EXISTS {table} (
+        thread_id VARCHAR(768) CHARACTER SET utf8mb4 COLLATE {nopad or "utf8mb4_bin"}
+            PRIMARY KEY,
+        checkpoint_id VARCHAR(128),
+        data JSON NOT NULL,
+        created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+        updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+            ON UPDATE CURRENT_TIMESTAMP(6),
+        metadata JSON NULL,
+        KEY `idx_{name[:52]}_updated` (updated_at DESC)
+    ) ENGINE=InnoDB DEFAULT CHARSET={charset} COLLATE={collation}"""
 
 
 def _text(value: bytes | str) -> str:
@@ -320,17 +336,7 @@ class MySQLBackend(KVStore):
                 found = {_text(r[0]) for r in await cur.fetchall()}
                 self._nopad = next((c for c in _NOPAD_BIN if c in found), None)
                 await cur.execute(
-                    f"""CREATE TABLE IF NOT EXISTS {self.table} (
-                        thread_id VARCHAR(768) CHARACTER SET utf8mb4 COLLATE {self._nopad or "utf8mb4_bin"}
-                            PRIMARY KEY,
-                        checkpoint_id VARCHAR(128),
-                        data JSON NOT NULL,
-                        created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-                        updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
-                            ON UPDATE CURRENT_TIMESTAMP(6),
-                        metadata JSON NULL,
-                        KEY `idx_{self.table_name[:52]}_updated` (updated_at DESC)
-                    ) ENGINE=InnoDB DEFAULT CHARSET={self._charset} COLLATE={self._collation}"""
+                    kv_table_ddl(self.table, self.table_name, self._nopad, self._charset, self._collation)
                 )
                 await self._inspect_key_column(cur)
             finally:

@@ -47,7 +47,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("PostgreSQLBackend needs asyncpg: pip install 'tulip_nb[postgres]'") from e
 
-__all__ = ["PostgreSQLBackend"]
+__all__ = ["PostgreSQLBackend", "kv_table_ddl"]
 
 T = TypeVar("T")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -82,6 +82,26 @@ async def _init_connection(conn: Any) -> None:
     await conn.set_type_codec(
         "jsonb", encoder=_jsonb_encode, decoder=_jsonb_decode, schema="pg_catalog", format="binary"
     )
+
+
+def kv_table_ddl(table: str, name: str, *, fts_index: bool = False, table_exists: bool = False) -> list[str]:
+    """The statements that create tulip's table ``table`` (quoted, schema-qualified) and its indexes."""
+    ddl = []
+    if not table_exists:
+        ddl += [
+            f"""CREATE TABLE IF NOT EXISTS {table} (
+                thread_id TEXT PRIMARY KEY,
+                checkpoint_id TEXT,
+                data JSONB NOT NULL,
+                created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                metadata JSONB DEFAULT '{{}}'::jsonb)""",
+            f'CREATE INDEX IF NOT EXISTS "idx_{name}_updated" ON {table} (updated_at DESC)',
+            f'CREATE INDEX IF NOT EXISTS "idx_{name}_metadata" ON {table} USING gin (metadata)',
+        ]
+    if fts_index:
+        ddl.append(f'CREATE INDEX IF NOT EXISTS "idx_{name}_fts" ON {table} USING gin ({_FTS}) WHERE {_LATEST_ROWS}')
+    return ddl
 
 
 class _PgTxn(Txn):
@@ -164,32 +184,15 @@ class PostgreSQLBackend(KVStore):
         await self._conn_pool()
 
     async def _create_schema(self, pool: Any) -> None:
-        t, name = self.table, self.table_name
         async with self._errors(), pool.acquire() as conn:
             exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{self.table}")
-            ddl = []
-            if not exists:
-                ddl += [
-                    f"CREATE SCHEMA IF NOT EXISTS {_ident(self.schema_name, 'schema_name')}",
-                    f"""CREATE TABLE IF NOT EXISTS {t} (
-                        thread_id TEXT PRIMARY KEY,
-                        checkpoint_id TEXT,
-                        data JSONB NOT NULL,
-                        created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-                        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-                        metadata JSONB DEFAULT '{{}}'::jsonb)""",
-                    f'CREATE INDEX IF NOT EXISTS "idx_{name}_updated" ON {t} (updated_at DESC)',
-                    f'CREATE INDEX IF NOT EXISTS "idx_{name}_metadata" ON {t} USING gin (metadata)',
-                ]
-            if self.fts_index:
-                ddl.append(
-                    f'CREATE INDEX IF NOT EXISTS "idx_{name}_fts" ON {t} USING gin ({_FTS}) WHERE {_LATEST_ROWS}'
-                )
+            ddl = [] if exists else [f"CREATE SCHEMA IF NOT EXISTS {_ident(self.schema_name, 'schema_name')}"]
+            ddl += kv_table_ddl(self.table, self.table_name, fts_index=self.fts_index, table_exists=bool(exists))
             if not ddl:
                 return
             async with conn.transaction():
                 # concurrent first saves in several processes: one runs the DDL, the others wait
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"tulip_nb:{t}")
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"tulip_nb:{self.table}")
                 for stmt in ddl:
                     try:
                         async with conn.transaction():
