@@ -355,7 +355,7 @@ async def measure_400(tmp: Path, layouts: tuple[str, ...], turns: int = TURNS_40
     ]
     for name, label, took, held, est, dry_s, _ in rows:
         mult = held / j
-        status = "met" if mult <= 5 else f"missed ({mult / 5:.0f}{chr(215)} the target)"
+        status = "met" if mult <= 5 else f"missed ({mult / 5:.1f}{chr(215)} the target)"
         lines.append(
             f"| {name} | {label} | {took:.1f} | {held / 1e6:,.1f} MB | {mult:.1f}{chr(215)} | {status} | "
             f"{est / 1e6:,.1f} MB ({est / held:.2f}{chr(215)}) | {dry_s:.1f} |"
