@@ -19,7 +19,9 @@ or two threads is counted once, and rows are encoded with the same
 :func:`~tulip_nb.memory.rest_delta.encode` the stores use. Per-record overheads (ids, timestamps,
 digests, index entries) are fixed constants; the estimate is meant to be within a small factor of
 the bytes the destination ends up holding (``tests/unit/test_export_cost.py`` measures it on the
-file store in both layouts), not exact.
+file store in both layouts; ``python -m bench --sections export400`` on every store), not exact.
+It counts what stays, not the traffic: tulip's key-value layout also rewrites ``:latest`` (a whole
+state) and its index at every checkpoint it is given.
 """
 
 from __future__ import annotations
