@@ -59,6 +59,10 @@ X = "\u00d7"
 THREAD = "research"
 SHORT = "research-short"
 EDGE = 100  # the first / last saves compared
+COPY_LIMIT = 1_000_000_000
+"""Redis: no copy of a thread whose store holds more than this. tulip_nb's key-value adapter copies
+in one MULTI holding every record; at 300 turns in tulip's layout (1.6 GB of records) the bench
+process was OOM-killed at 16 GB RSS (2026-12-02). The table says "not measured" with the size."""
 
 
 # -- cases ---------------------------------------------------------------------------------------
@@ -76,6 +80,7 @@ class Case:
     fork_s: dict[int, float] = field(default_factory=dict)  # turns -> seconds
     copy_s: dict[int, float] = field(default_factory=dict)
     note: str = ""
+    notes: list[str] = field(default_factory=list)
     place: srv.Place | None = None
 
     async def open(self, url: str) -> None:
@@ -533,6 +538,9 @@ async def run_case(case: Case, url: str, work: Research, at: dict[int, int]) -> 
             fork = await case.fork(thread, turns)
             if fork is not None:
                 case.fork_s[turns] = fork
+            if case.store == "Redis" and case.held.get(turns, 0) > COPY_LIMIT:
+                case.notes.append(f"copy @{turns} turns not measured (the store holds {case.held[turns] / 1e9:.1f} GB)")
+                continue
             copy = await case.copy(thread, turns)
             if copy is not None:
                 case.copy_s[turns] = copy
@@ -673,6 +681,9 @@ def tables(o: Outcome) -> list[str]:
         f"({o.seconds:.0f} s, the recording included.)",
     ]
     lines += [f"- {n}" for n in o.notes]
+    for key in order:
+        for rnd in o.rounds:
+            lines += [f"- {key}: {n}" for n in rnd[key].notes]
     return lines
 
 
