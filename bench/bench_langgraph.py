@@ -211,11 +211,13 @@ def langchain_steps(steps: list[list[dict[str, Any]]]) -> list[list[Any]]:
     return out
 
 
-def _timed_saver(conn: sqlite3.Connection) -> Any:
-    """A SqliteSaver that logs how long each ``put`` / ``put_writes`` took (in whichever thread)."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
+def _timed_saver(conn: Any, base: Any = None) -> Any:
+    """A saver (SqliteSaver unless ``base`` is given) that logs how long each ``put`` /
+    ``put_writes`` took (in whichever thread)."""
+    if base is None:
+        from langgraph.checkpoint.sqlite import SqliteSaver as base
 
-    class TimedSaver(SqliteSaver):
+    class TimedSaver(base):  # type: ignore[misc, valid-type]
         log: list[tuple[str, float]]
 
         def put(self, *args: Any, **kwargs: Any) -> Any:
@@ -234,16 +236,31 @@ def _timed_saver(conn: sqlite3.Connection) -> Any:
     return saver
 
 
+def pg_available() -> bool:
+    """Whether ``langgraph-checkpoint-postgres`` (and psycopg) are importable."""
+    return importlib.util.find_spec("langgraph") is not None and (
+        importlib.util.find_spec("langgraph.checkpoint.postgres") is not None
+    )
+
+
 class DeltaGraph:
     """A compiled graph (one node, ``step``) whose ``messages`` channel is a ``DeltaChannel``, on a
-    SqliteSaver at ``path``. The node's k-th call appends ``steps[k]`` (k ≥ 1; ``steps[0]`` is
-    the run's input); it loops while steps remain."""
+    SqliteSaver at ``path`` (or, with ``pg_dsn``, a ``PostgresSaver`` on that database: its
+    ``from_conn_string`` connection settings, tables created by ``setup()``). The node's k-th call
+    appends ``steps[k]`` (k ≥ 1; ``steps[0]`` is the run's input); it loops while steps remain."""
 
-    def __init__(self, path: Path, steps: list[list[Any]] | None = None, *, timed: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        steps: list[list[Any]] | None = None,
+        *,
+        timed: bool = False,
+        pg_dsn: str | None = None,
+        thread_id: str = "conv",
+    ) -> None:
         from typing import Annotated, TypedDict
 
         from langgraph.channels import DeltaChannel
-        from langgraph.checkpoint.sqlite import SqliteSaver
         from langgraph.graph import END, START, StateGraph
 
         self.steps = steps or []
@@ -264,31 +281,47 @@ class DeltaGraph:
         builder.add_node("step", step)
         builder.add_conditional_edges(START, route, ["step", END])
         builder.add_conditional_edges("step", route, ["step", END])
-        self.conn = sqlite3.connect(str(path), check_same_thread=False)
-        self.saver = _timed_saver(self.conn) if timed else SqliteSaver(self.conn)
+        self.thread_id = thread_id
+        self.pg = pg_dsn is not None
+        if pg_dsn is not None:
+            from langgraph.checkpoint.postgres import PostgresSaver
+            from psycopg import Connection
+            from psycopg.rows import dict_row
+
+            self.conn = Connection.connect(pg_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+            self.saver = _timed_saver(self.conn, PostgresSaver) if timed else PostgresSaver(self.conn)
+            self.saver.setup()
+        else:
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            self.conn = sqlite3.connect(str(path), check_same_thread=False)
+            self.saver = _timed_saver(self.conn) if timed else SqliteSaver(self.conn)
         self.app = builder.compile(checkpointer=self.saver)
 
-    def config(self, thread_id: str = "conv", checkpoint_id: str | None = None) -> dict[str, Any]:
-        conf: dict[str, Any] = {"thread_id": thread_id}
+    def config(self, thread_id: str | None = None, checkpoint_id: str | None = None) -> dict[str, Any]:
+        conf: dict[str, Any] = {"thread_id": thread_id or self.thread_id}
         if checkpoint_id is not None:
             conf["checkpoint_ns"], conf["checkpoint_id"] = "", checkpoint_id
         return {"configurable": conf, "recursion_limit": 10**7}
 
     def pragmas(self) -> dict[str, Any]:
         self.saver.setup()
+        if self.pg:
+            row = self.conn.execute("SHOW synchronous_commit").fetchone()
+            return {"synchronous_commit": next(iter(row.values())) if row else "?"}
         return {
             "journal_mode": self.conn.execute("PRAGMA journal_mode").fetchone()[0],
             "synchronous": _SYNC_NAMES.get(self.conn.execute("PRAGMA synchronous").fetchone()[0], "?"),
         }
 
-    def load(self, thread_id: str = "conv") -> tuple[float, int]:
+    def load(self, thread_id: str | None = None) -> tuple[float, int]:
         """``get_state`` of the thread's latest checkpoint (timed); how many messages it holds."""
         t0 = time.perf_counter()
         got = self.app.get_state(self.config(thread_id))
         dt = time.perf_counter() - t0
         return dt, len(got.values.get("messages", []))
 
-    def fork(self, message: Any, thread_id: str = "conv") -> tuple[float, int]:
+    def fork(self, message: Any, thread_id: str | None = None) -> tuple[float, int]:
         """LangGraph's fork: ``update_state`` at the latest checkpoint's id (a new branch of the
         thread holding one more message). Finding that id is untimed; the update reconstructs the
         channel (snapshot + writes since), then puts the new checkpoint and its write."""
@@ -312,8 +345,10 @@ class DeltaRun:
     the run's first two checkpoints, its input and the step after it, count as save 0).
     """
 
-    def __init__(self, path: Path, steps: list[list[Any]]) -> None:
-        self.graph = DeltaGraph(path, steps, timed=True)
+    def __init__(
+        self, path: Path | None, steps: list[list[Any]], *, pg_dsn: str | None = None, thread_id: str = "conv"
+    ) -> None:
+        self.graph = DeltaGraph(path, steps, timed=True, pg_dsn=pg_dsn, thread_id=thread_id)
         self.gen: Iterator[Any] | None = None
         self.done = False
 
@@ -359,7 +394,7 @@ def versions() -> dict[str, str]:
     import importlib.metadata
 
     out = {}
-    for dist in ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite"):
+    for dist in ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres"):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

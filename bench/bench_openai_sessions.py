@@ -123,4 +123,65 @@ def versions() -> dict[str, str]:
         sdk = importlib.metadata.version("openai-agents")
     except importlib.metadata.PackageNotFoundError:
         sdk = "absent"
-    return {"openai-agents": sdk, "sqlite": sqlite3.sqlite_version, "pid": str(os.getpid())}
+    out = {"openai-agents": sdk, "sqlite": sqlite3.sqlite_version, "pid": str(os.getpid())}
+    for dist in ("sqlalchemy", "asyncpg"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = "absent"
+    return out
+
+
+# -- SQLAlchemySession on PostgreSQL (the remote section) -------------------------------------------
+def alchemy_available() -> bool:
+    """Whether the SDK's ``SQLAlchemySession`` and the asyncpg driver are importable here."""
+    return (
+        available()
+        and importlib.util.find_spec("sqlalchemy") is not None
+        and importlib.util.find_spec("asyncpg") is not None
+        and importlib.util.find_spec("greenlet") is not None
+    )
+
+
+class AlchemySession:
+    """One ``SQLAlchemySession`` on PostgreSQL (``postgresql+asyncpg``), its tables in ``schema``.
+
+    The engine is the SDK's own (``create_async_engine``, its default pool); ``search_path`` puts
+    the SDK's two tables (``agent_sessions``, ``agent_messages``) in the bench's schema, so their
+    size is measured apart from anything else on the server. Tables are created before the first
+    timed ``add_items``.
+    """
+
+    def __init__(self, url: str, schema: str, session_id: str = "conv") -> None:
+        from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        self.engine = create_async_engine(url, connect_args={"server_settings": {"search_path": schema}})
+        self.session_id = session_id
+        self.session = SQLAlchemySession(session_id, engine=self.engine, create_tables=True)
+
+    async def open(self) -> None:
+        await self.session.get_items()  # creates the tables (untimed)
+
+    async def add(self, items: list[dict[str, Any]]) -> float:
+        t0 = time.perf_counter()
+        await self.session.add_items(items)  # type: ignore[arg-type]
+        return time.perf_counter() - t0
+
+    async def load(self) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        got = await self.session.get_items()
+        return time.perf_counter() - t0, len(got)
+
+    async def copy_to(self, dest: str) -> tuple[float, int]:
+        """No fork or copy in the SDK: read every item, append them to a new session (timed)."""
+        from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+
+        other = SQLAlchemySession(dest, engine=self.engine, create_tables=True)
+        t0 = time.perf_counter()
+        items = await self.session.get_items()
+        await other.add_items(items)
+        return time.perf_counter() - t0, len(items)
+
+    async def close(self) -> None:
+        await self.engine.dispose()

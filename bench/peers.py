@@ -1,5 +1,6 @@
-"""The peers that live in another Python: LangGraph (SqliteSaver + DeltaChannel) and the OpenAI
-Agents SDK's SQLiteSession, driven from the bench over a pipe, one save at a time.
+"""The peers that live in another Python: LangGraph (SqliteSaver or PostgresSaver, + DeltaChannel)
+and the OpenAI Agents SDK's SQLiteSession and SQLAlchemySession (PostgreSQL), driven from the bench
+over a pipe, one save at a time.
 
 Why out of process: the peers and their dependencies (langchain-core, langgraph, the Agents SDK,
 mcp, ...) need not be installed in tulip_nb's own environment, where importing them could change
@@ -74,6 +75,16 @@ class PeerWorker:
     def sessions(self) -> bool:
         return bool(self.info.get("openai_agents"))
 
+    @property
+    def langgraph_pg(self) -> bool:
+        """LangGraph with DeltaChannel and ``langgraph-checkpoint-postgres``."""
+        return bool(self.info.get("langgraph_pg"))
+
+    @property
+    def alchemy(self) -> bool:
+        """The Agents SDK's ``SQLAlchemySession`` with asyncpg."""
+        return bool(self.info.get("alchemy"))
+
     def describe(self) -> str:
         v = self.info.get("versions", {})
         parts = [f"peers run in {self.python} (a worker process)"]
@@ -82,8 +93,12 @@ class PeerWorker:
                 f"langgraph {v.get('langgraph')}, langgraph-checkpoint {v.get('langgraph-checkpoint')}, "
                 f"langgraph-checkpoint-sqlite {v.get('langgraph-checkpoint-sqlite')}"
             )
+        if self.langgraph_pg:
+            parts.append(f"langgraph-checkpoint-postgres {v.get('langgraph-checkpoint-postgres')}")
         if self.sessions:
             parts.append(f"openai-agents {v.get('openai-agents')}")
+        if self.alchemy:
+            parts.append(f"sqlalchemy {v.get('sqlalchemy')}, asyncpg {v.get('asyncpg')}")
         parts.append(f"SQLite {v.get('sqlite')}")
         return "; ".join(parts)
 
@@ -115,7 +130,7 @@ def start(python: str | None = None) -> tuple[PeerWorker | None, str]:
         worker = PeerWorker(chosen)
     except (OSError, PeerError) as e:
         return None, f"peers not measured: the peer worker did not start with {chosen} ({e}); {hint}."
-    if not (worker.langgraph or worker.sessions):
+    if not (worker.langgraph or worker.sessions or worker.langgraph_pg or worker.alchemy):
         worker.close()
         return (
             None,
@@ -139,14 +154,21 @@ class _Worker:
         from bench import bench_langgraph as lg
         from bench import bench_openai_sessions as oa
 
-        has_lg = lg.available()
-        if has_lg:
-            try:
-                from langgraph.channels import DeltaChannel  # noqa: F401
-            except ImportError:
-                has_lg = False
-        versions = {**(lg.versions() if has_lg else {}), **oa.versions()}
-        return {"langgraph": has_lg, "openai_agents": oa.available(), "versions": versions}
+        delta = True
+        try:
+            from langgraph.channels import DeltaChannel  # noqa: F401
+        except ImportError:
+            delta = False
+        has_lg = lg.available() and delta
+        has_pg = lg.pg_available() and delta
+        versions = {**(lg.versions() if has_lg or has_pg else {}), **oa.versions()}
+        return {
+            "langgraph": has_lg,
+            "langgraph_pg": has_pg,
+            "openai_agents": oa.available(),
+            "alchemy": oa.alchemy_available(),
+            "versions": versions,
+        }
 
     def workload(self, name: str, path: str) -> dict[str, Any]:
         from bench.bench_openai_sessions import to_items
@@ -246,6 +268,91 @@ class _Worker:
         finally:
             graph.close()
         return {"s": s, "messages": n}
+
+    # LangGraph PostgresSaver + DeltaChannel (the remote section); step / finish: lg.step, lg.finish
+    def pglg_open(self, key: str, dsn: str, workload: str, thread_id: str = "conv") -> dict[str, Any]:
+        from bench.bench_langgraph import DeltaRun
+
+        run = DeltaRun(None, self._lc(workload), pg_dsn=dsn, thread_id=thread_id)
+        self.open[key] = run
+        return dict(run.graph.pragmas())
+
+    def pglg_build(self, dsn: str, workload: str, thread_id: str, upto: int) -> dict[str, Any]:
+        """A thread holding the workload's first ``upto`` saves (for the fork of a shorter thread)."""
+        from bench.bench_langgraph import DeltaRun
+
+        got = DeltaRun(None, self._lc(workload)[:upto], pg_dsn=dsn, thread_id=thread_id).finish()
+        return {"checkpoints": got["checkpoints"]}
+
+    def pglg_fork(self, dsn: str, message: dict[str, Any], thread_id: str) -> dict[str, Any]:
+        from bench.bench_langgraph import DeltaGraph, to_langchain
+
+        graph = DeltaGraph(None, pg_dsn=dsn, thread_id=thread_id)
+        try:
+            s, n = graph.fork(to_langchain(message, 10**9))
+        finally:
+            graph.close()
+        return {"s": s, "messages": n}
+
+    def pglg_load(self, dsn: str, thread_id: str = "conv") -> dict[str, Any]:
+        from bench.bench_langgraph import DeltaGraph
+
+        graph = DeltaGraph(None, pg_dsn=dsn, thread_id=thread_id)
+        try:
+            s, n = graph.load()
+        finally:
+            graph.close()
+        return {"s": s, "messages": n}
+
+    # SQLAlchemySession on PostgreSQL (the remote section)
+    def sa_open(self, key: str, url: str, schema: str, workload: str, session_id: str = "conv") -> dict[str, Any]:
+        from bench.bench_openai_sessions import AlchemySession
+
+        session = AlchemySession(url, schema, session_id)
+        self.loop.run_until_complete(session.open())
+        self.open[key] = (session, workload)
+        return {}
+
+    def sa_add(self, key: str, i: int) -> dict[str, Any]:
+        session, workload = self.open[key]
+        return {"s": self.loop.run_until_complete(session.add(self.items[workload][i]))}
+
+    def sa_close(self, key: str) -> dict[str, Any]:
+        session, _ = self.open.pop(key)
+        self.loop.run_until_complete(session.close())
+        return {}
+
+    def sa_build(self, url: str, schema: str, workload: str, session_id: str, upto: int) -> dict[str, Any]:
+        from bench.bench_openai_sessions import AlchemySession
+
+        session = AlchemySession(url, schema, session_id)
+        try:
+            self.loop.run_until_complete(session.open())
+            for step in self.items[workload][:upto]:
+                self.loop.run_until_complete(session.session.add_items(step))  # type: ignore[arg-type]
+        finally:
+            self.loop.run_until_complete(session.close())
+        return {}
+
+    def sa_copy(self, url: str, schema: str, source: str, dest: str) -> dict[str, Any]:
+        from bench.bench_openai_sessions import AlchemySession
+
+        session = AlchemySession(url, schema, source)
+        try:
+            s, n = self.loop.run_until_complete(session.copy_to(dest))
+        finally:
+            self.loop.run_until_complete(session.close())
+        return {"s": s, "items": n}
+
+    def sa_load(self, url: str, schema: str, session_id: str = "conv") -> dict[str, Any]:
+        from bench.bench_openai_sessions import AlchemySession
+
+        session = AlchemySession(url, schema, session_id)
+        try:
+            s, n = self.loop.run_until_complete(session.load())
+        finally:
+            self.loop.run_until_complete(session.close())
+        return {"s": s, "items": n}
 
     def serve(self, inp: Any, out: Any) -> None:
         for line in inp:

@@ -21,6 +21,13 @@ Sections
                 ``SqliteSaver`` + ``DeltaChannel`` and the append + fdatasync floor: the durable
                 conversation, disk ÷ the messages' JSON, load latest, and same-run ratios against
                 the issue's targets (:mod:`bench.bench_conversation`).
+``remote``      the same research thread on PostgreSQL, MySQL, Redis and S3 (moto): tulip_nb's
+                factories (each layout they take), tulip-agents', LangGraph ``PostgresSaver`` +
+                ``DeltaChannel``, ``SQLAlchemySession`` and a floor per store: all saves, storage at
+                100/200/300 turns, fork/copy at 100 vs 300 turns (:mod:`bench.bench_stores`;
+                ``--turns`` scales it down, ``--layouts`` picks layouts).
+``export400``   one 400-turn thread of 855 checkpoints exported whole into each store: bytes held
+                ÷ the messages' JSON, seconds, the dry run's estimate (:mod:`bench.bench_export`).
 ``checkpoints10k``, ``forks`` a 10,000-checkpoint thread in the history and tulip layouts; fork
                 and copy at 500 and 2,000 messages, 100 forks, a sweep (:mod:`bench.bench_storage`).
 
@@ -51,7 +58,7 @@ from typing import Any
 
 import orjson
 
-from bench import bench_conversation, bench_storage, sections
+from bench import bench_conversation, bench_storage, bench_stores, sections
 from bench import bench_langgraph as lg
 from bench.workload import (
     SIZES,
@@ -392,9 +399,18 @@ SECTIONS: dict[str, tuple[str, Callable[[sections.Ctx], list[str]]]] = {
     "tokens": ("token accounting per model call", sections.section_tokens),
     "compactor": ("LLMCompactor per call at 2000 messages", sections.section_compactor),
     "kv": ("Redis, PostgreSQL, MySQL, OpenSearch (emulator)", sections.section_kv),
-    "remote": ("S3 (moto) and HTTP", sections.section_remote),
+    "remote": (
+        "the issue-26 research thread on PostgreSQL, MySQL, Redis and S3, beside tulip-agents, LangGraph "
+        "PostgresSaver + DeltaChannel, SQLAlchemySession and the floors",
+        bench_stores.section_remote,
+    ),
+    "s3http": ("S3 (moto) and HTTP: one save / load at 200 and 2,000 messages", sections.section_s3http),
     "lab": ("open_thread, diff_threads, simulate_compaction", sections.section_lab),
     "export": ("export_threads throughput", sections.section_export),
+    "export400": (
+        "one 400-turn thread of 855 checkpoints exported whole into every store: bytes held, seconds, the estimate",
+        sections.section_export400,
+    ),
     "server": ("AgentServer throughput", sections.section_server),
     "memory": ("peak memory loading a 2000-message thread", sections.section_memory),
     "checkpoints10k": (
@@ -421,6 +437,17 @@ def main(argv: list[str] | None = None) -> int:
         "--sections", default=None, help="comma-separated sections, e.g. conversation,checkpoints10k,forks"
     )
     parser.add_argument("--reps", type=int, default=None, help="repetitions per case (overrides the default)")
+    parser.add_argument(
+        "--turns",
+        type=int,
+        default=None,
+        help="remote, export400: the thread's turns (default: the full workload, 300 / 400; less is a smoke run)",
+    )
+    parser.add_argument(
+        "--layouts",
+        default=None,
+        help="remote, export400: layouts of the stores that take layout= (default: history,tulip)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the tables to this Markdown file")
     parser.add_argument(
         "--peers-python",
@@ -456,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
                 "",
             ]
         )
-        ctx = sections.Ctx(tmp, args.quick, args.reps, args.peers_python)
+        layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip()) if args.layouts else None
+        ctx = sections.Ctx(tmp, args.quick, args.reps, args.peers_python, args.turns, layouts)
         for name in chosen:
             title, fn = SECTIONS[name]
             t0 = time.perf_counter()

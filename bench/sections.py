@@ -35,6 +35,8 @@ class Ctx:
     quick: bool
     reps: int | None = None
     peers_python: str | None = None  # the Python the out-of-process peers run in (bench.peers)
+    turns: int | None = None  # remote / export400: scale the workload down (a smoke run); None: full
+    layouts: tuple[str, ...] | None = None  # remote / export400: the layouts of stores that take one
 
     def n(self, full: int, quick: int) -> int:
         """Repetitions: ``--reps`` if given, else ``quick`` under ``--quick``, else ``full``."""
@@ -284,8 +286,8 @@ def section_kv(ctx: Ctx) -> list[str]:
     return lines
 
 
-# -- remote -----------------------------------------------------------------------------------------
-def section_remote(ctx: Ctx) -> list[str]:
+# -- s3http -----------------------------------------------------------------------------------------
+def section_s3http(ctx: Ctx) -> list[str]:
     """S3 (moto) and HTTP (checkpoint_app): tulip_nb beside tulip-agents, S3 beside a raw PUT/GET."""
     from bench import bench_remote
 
@@ -320,6 +322,16 @@ def section_remote(ctx: Ctx) -> list[str]:
         "floor row: the server side is tulip_nb's own checkpoint_app for both clients.",
     ]
     return lines
+
+
+# -- export400 --------------------------------------------------------------------------------------
+def section_export400(ctx: Ctx) -> list[str]:
+    """One 400-turn thread of 855 checkpoints exported whole into every store (bytes held, seconds)."""
+    from bench import bench_export
+
+    return asyncio.run(
+        bench_export.measure_400(ctx.tmp, ctx.layouts or ("history", "tulip"), ctx.turns or bench_export.TURNS_400)
+    )
 
 
 # -- lab --------------------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ def test_export_prints_the_report_and_resumes(tmp_path: Path) -> None:
     out = cli(f"file:{tmp_path / 'src'}", f"file:{tmp_path / 'dst'}")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split()[:4] == ["thread", "status", "checkpoints", "copied"]
+    assert lines[0].startswith("will write ~") and "history" in lines[0]  # the cost, before writing
+    assert lines[1].split()[:4] == ["thread", "status", "checkpoints", "copied"]
     assert sum("copied" in line and "True" in line for line in lines) == 3
     assert "3 thread(s), copied 9 checkpoint(s), 0 failed" in out.stdout
     again = cli(f"file:{tmp_path / 'src'}", f"file:{tmp_path / 'dst'}", "--threads", "ticket-*", "--no-verify")

@@ -175,6 +175,7 @@ def test_export_panel_dry_run_then_export_with_progress_and_report(saved: Memory
     assert "1 of 2 threads selected" in e.report.value
     e.dry_button.click()
     assert "dry run: would copy 12 checkpoints of 1 threads" in e.report.value
+    assert "would write ~" in e.report.value and "history" in e.report.value  # the cost, for its layout
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.json"))
     e.export_button.click()
     assert "copied 12 checkpoints of 1 threads, 0 already there; verified" in e.report.value

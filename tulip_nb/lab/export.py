@@ -53,6 +53,7 @@ from tulip_nb.core import iso_offset
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.state import state_json_bytes
 from tulip_nb.lab._common import canonical_json
+from tulip_nb.lab._export_cost import CostModel, dest_layout
 from tulip_nb.lab._ids import IdMap, add_principal, strip_principal
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
 
@@ -69,7 +70,8 @@ Threads: TypeAlias = "str | Thread | Sequence[str | Thread] | None"
 Threads (a Thread stands for its id in ``source``)."""
 OnConflict = Literal["error", "skip", "overwrite"]
 REPORT_COLUMNS = (
-    "thread", "dest_thread", "status", "checkpoints", "copied", "skipped", "bytes", "checksum", "verified", "error",
+    "thread", "dest_thread", "status", "checkpoints", "copied", "skipped", "bytes", "dest_bytes", "checksum",
+    "verified", "error",
 )  # fmt: skip
 _GLOB = set("*?[")
 
@@ -98,6 +100,7 @@ class _Row:
     copied: int = 0
     skipped: int = 0
     bytes: int = 0
+    dest_bytes: int = 0
     checksum: str = ""
     verified: bool | None = None
     error: str | None = None
@@ -202,6 +205,7 @@ async def _copy(
     dry_run: bool,
     verify: bool,
     tick: Callable[[int], None],
+    cost: CostModel,
 ) -> None:
     row = plan.row
     digest = hashlib.sha256()
@@ -223,6 +227,8 @@ async def _copy(
             row.bytes += len(head) + len(state)
             digests.append(_Digest(cid, ckpt.created_at, ckpt.metadata, hashlib.sha256(state).hexdigest()))
             last_written = cid not in plan.present
+            if last_written:
+                cost.add(row.dest_thread, ckpt, len(state))
             if not last_written:
                 row.skipped += 1
             elif not dry_run:
@@ -239,6 +245,7 @@ async def _copy(
         finally:
             tick(1)
     row.checksum = digest.hexdigest()[:16]
+    row.dest_bytes = cost.finish(row.dest_thread)
     if dry_run:
         row.status = "dry run"
         return
@@ -332,6 +339,9 @@ async def aexport_threads(
         A DataFrame, one row per thread: ``thread``, ``dest_thread``, ``status`` (copied, up to
         date, dry run, conflict, skipped (conflict), failed), ``checkpoints`` (in the plan),
         ``copied``, ``skipped`` (already in ``dest``), ``bytes`` (canonical JSON exported),
+        ``dest_bytes`` (what ``dest`` will hold for the copied checkpoints, estimated for its
+        layout: :mod:`tulip_nb.lab._export_cost`; a dry run reports it without writing; the
+        layout's name is ``frame.attrs["dest_layout"]``),
         ``checksum`` (sha256 prefix of the exported checkpoints, equal across re-runs),
         ``verified`` and ``error`` (where a failed thread stopped).
     """
@@ -358,6 +368,8 @@ async def aexport_threads(
             if mapped is not None:
                 rows.append(_Row(tid, validate_thread_id(mapped)))
         gate = asyncio.Semaphore(concurrency)
+        layout = dest_layout(dst)
+        cost = CostModel(layout)
 
         async def plan_one(row: _Row) -> _Plan:
             async with gate:
@@ -381,7 +393,7 @@ async def aexport_threads(
                         return
                     if not dry_run:
                         await dst.delete(plan.row.dest_thread)
-                await _copy(src, dst, plan, dry_run=dry_run, verify=verify, tick=bar)
+                await _copy(src, dst, plan, dry_run=dry_run, verify=verify, tick=bar, cost=cost)
 
         try:
             await asyncio.gather(*(run_one(p) for p in plans))
@@ -395,7 +407,7 @@ async def aexport_threads(
     frame = pd.DataFrame([asdict(r) for r in rows], columns=list(REPORT_COLUMNS))
     frame = frame.astype({"verified": "object", "error": "object"})
     frame["error"] = frame["error"].where(frame["error"].notna(), None)
-    frame.attrs.update(source=repr(src), dest=repr(dst), dry_run=dry_run, history=history)
+    frame.attrs.update(source=repr(src), dest=repr(dst), dry_run=dry_run, history=history, dest_layout=layout.label)
     return frame
 
 

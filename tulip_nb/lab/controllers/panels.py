@@ -525,6 +525,8 @@ class ExportController:
         run_sync(go())
         self.report = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(REPORT_COLUMNS))
         self.report.attrs["dry_run"] = dry_run
+        if frames:
+            self.report.attrs["dest_layout"] = frames[0].attrs.get("dest_layout")
         return self.report
 
     def html(self) -> str:
@@ -539,6 +541,10 @@ class ExportController:
             f"{done} {int(r['copied'].sum())} checkpoints of {len(r)} threads, {int(r['skipped'].sum())} already there"
             + ("" if dry else "; verified" if verified else "; NOT verified")
         )
+        if len(r) and r.attrs.get("dest_layout"):  # what the destination holds for them, for its layout
+            held = int(r["dest_bytes"].sum())
+            size = f"{held / 1e6:,.1f} MB" if held >= 100_000 else f"{held / 1e3:,.1f} kB"
+            summary += f"; {'would write' if dry else 'wrote'} ~{size} ({r.attrs['dest_layout']})"
         rows = [
             (
                 f"<code>{esc(x.thread)}</code>",
