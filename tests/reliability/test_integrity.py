@@ -36,9 +36,10 @@ async def backend(kind: str, tmp_path: Path, redis_url: str, **kwargs: Any) -> A
         from tests.backends.factories.remote import S3_CREDENTIALS, moto_endpoint, new_bucket
         from tulip_nb.memory.backends.s3 import S3Backend
 
+        kwargs.setdefault("sign", True)  # signing is opt-in on the history model (issues 26, 27)
         cp: BaseCheckpointer = S3Backend(new_bucket(), endpoint_url=moto_endpoint(), **S3_CREDENTIALS, **kwargs)
     else:
-        if kind in ("file", "redis"):  # signing is opt-in on the history model (issues 26, 27): these tests sign
+        if kind != "memory":  # signing is opt-in on the history model's stores (issues 26, 27): these tests sign
             kwargs.setdefault("sign", True)
         cp = checkpointer_from_url(url, **kwargs)
     try:

@@ -131,7 +131,8 @@ class S3Backend(InTreeCheckpointer):
         connect_timeout, read_timeout, max_attempts: botocore's timeouts and retry budget; an
             endpoint that stays down raises :class:`BackendUnavailable` after them.
         client: a ready boto3 S3 client, instead of building one.
-        sign: hash-chain every save (:mod:`tulip_nb.memory.integrity`).
+        sign: hash-chain every save (:mod:`tulip_nb.memory.integrity`); opt-in, as on every store of
+            the history model (each row's content digest is checked on load either way).
     """
 
     def __init__(
@@ -151,7 +152,7 @@ class S3Backend(InTreeCheckpointer):
         read_timeout: float = 60.0,
         max_attempts: int = 3,
         client: Any = None,
-        sign: bool = True,
+        sign: bool = False,
     ) -> None:
         from tulip_nb.memory.backends._s3_history import S3History
         from tulip_nb.memory.backends._s3_io import S3IO  # imports boto3, or names the extra
