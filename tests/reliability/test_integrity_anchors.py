@@ -241,7 +241,7 @@ async def store(kind: str, tmp_path: Path) -> AsyncIterator[Callable[[], BaseChe
         yield lambda: FileCheckpointer(tmp_path / "files", sign=True)
         return
     url = shared_url(kind)
-    cp = checkpointer_from_url(url)
+    cp = checkpointer_from_url(url, sign=True)  # signing is opt-in on the history model's stores
     try:
         yield lambda: cp
     finally:
