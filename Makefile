@@ -1,6 +1,7 @@
 # Quick start:  make demo   (offline agent conversation on the file checkpointer)
-#               make test   (the whole test suite)
-# Both create or reuse a local virtualenv in .venv and install what they need.
+#               make quick  (the inner loop: a couple of minutes, no server, no browser)
+#               make test   (the gates and the whole test suite)
+# Each creates or reuses a local virtualenv in .venv and installs what it needs.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -8,7 +9,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint typecheck bench services clean
+.PHONY: demo quick test lint typecheck bench services clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tulip_nb needs Python >= 3.11, got " + sys.version.split()[0]'
@@ -33,10 +34,22 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/mypy
 
-# The gates: ruff check, ruff format --check, mypy strict on the package, then pytest (the tests
-# and every module's >>> examples).
+# The inner loop: ruff check, then the tests that need no server, no browser and no notebook kernel
+# (unit, lab, models, widgets, stores, and the conformance suite on memory and file), minus those
+# marked slow, service, interop or browser, with hypothesis's "dev" profile (10 fresh examples).
+# A new test in these folders is in it unless it is marked; TULIP_NB_NO_SERVICES=1 makes any test
+# that asks for a server skip. `make quick PYTEST_ARGS="-k diff"` narrows it further.
+QUICK_PATHS ?= tests/unit tests/lab tests/models tests/widgets tests/stores tests/backends
+QUICK_MARKS ?= not slow and not service and not interop and not browser
+quick: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} TULIP_NB_NO_SERVICES=1 \
+	  $(PY) -m pytest -q -m "$(QUICK_MARKS)" $(QUICK_PATHS) $(PYTEST_ARGS)
+
+# The gates: ruff check, ruff format --check, mypy strict on the package, then pytest (the tests,
+# slow ones included, and every module's >>> examples) with hypothesis's derandomised "ci" profile.
 test: $(VENV)/.dev-installed lint typecheck
-	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here"; exit 1; fi; \
 	exit $$rc
 
@@ -48,4 +61,4 @@ bench: $(VENV)/.bench-installed
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache demo_threads
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis demo_threads

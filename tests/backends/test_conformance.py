@@ -14,14 +14,14 @@ from tulip_nb.core import AgentState, CheckpointNotFound
 from tulip_nb.memory.checkpointer import BaseCheckpointer, new_checkpoint_id, validate_thread_id
 from tulip_nb.testing import CheckpointerSuite, Opener, full_state
 
-from .conftest import BACKENDS
+from .conftest import BACKENDS, backend_params
 from .factories.local import RACING
 
 
 class TestConformance(CheckpointerSuite):
     """The whole suite, once per registered backend factory (the race cases on those in ``RACING``)."""
 
-    @pytest_asyncio.fixture(params=sorted(BACKENDS))
+    @pytest_asyncio.fixture(params=backend_params())
     async def checkpointer_store(self, request: Any, tmp_path: Path) -> AsyncIterator[Opener]:
         self.races = request.param in RACING  # the fixture runs on the test's own instance
         async with BACKENDS[request.param](tmp_path) as opener:

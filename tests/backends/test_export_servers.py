@@ -17,7 +17,7 @@ from tulip_nb.memory.backends import FileCheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 from .conformance import full_state
-from .conftest import BACKENDS
+from .conftest import BACKENDS, backend_params
 from .factories.kv import PG_DSN, drop_pg_table, postgresql_backend, unique
 
 
@@ -27,7 +27,7 @@ async def fill(cp: BaseCheckpointer, threads: list[str], n: int) -> None:
             await cp.save(full_state(n_turns=1 + i % 3, marker=f"{t}-{i}"), t, metadata={"step": i})
 
 
-@pytest.mark.parametrize("kind", sorted(BACKENDS))
+@pytest.mark.parametrize("kind", backend_params())
 async def test_export_from_file_to_each_backend_and_back(kind: str, tmp_path: Path) -> None:
     src = FileCheckpointer(tmp_path / "src", fsync=False)
     threads = ["plain", "user/42:chat #1"]

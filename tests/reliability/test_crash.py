@@ -94,7 +94,7 @@ async def test_s3() -> None:
     await _kill_loop(url, ITERATIONS, "s3")
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 async def test_file_many(tmp_path: Path) -> None:
     await _kill_loop(f"file:{tmp_path}", ITERATIONS * 10, "file")
 

@@ -2,7 +2,8 @@
 
 ``tulip_nb.core.keys`` is the single owner of the metadata keys tulip_nb persists; a key added
 there without a line in ``docs/persisted-keys.md`` fails here. Every relative markdown link in
-``docs/*.md`` and ``README.md`` must point to an existing file.
+``docs/*.md`` (the design, ``docs/architecture.md``, among them) and ``README.md`` must point to an
+existing file, and the README links the design and the docs index.
 """
 
 from __future__ import annotations
@@ -66,12 +67,13 @@ def relative_links(path: Path) -> list[str]:
 
 def test_the_docs_folder_has_its_pages() -> None:
     names = {p.name for p in DOCS.glob("*.md")}
-    pages = {"README.md", "storage-layouts.md", "persisted-keys.md", "own-backend.md", "signing-and-integrity.md"}
+    pages = {"README.md", "architecture.md", "history-model.md", "storage-layouts.md", "persisted-keys.md"}
+    pages |= {"own-backend.md", "signing-and-integrity.md"}
     assert pages <= names
     index = relative_links(DOCS / "README.md")
     indexed = {t.split("#")[0] for t in index}
     assert sorted(names - {"README.md"}) == sorted(indexed), "docs/README.md indexes every page"
-    assert "docs/README.md" in relative_links(ROOT / "README.md")
+    assert {"docs/README.md", "docs/architecture.md"} <= set(relative_links(ROOT / "README.md"))
 
 
 @pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
