@@ -1,4 +1,9 @@
-"""Shared test configuration: service gating and the sample tulip checkpoint."""
+"""Shared test configuration: service gating, hypothesis profiles and the sample tulip checkpoint.
+
+Environment: ``TULIP_NB_REQUIRE_SERVICES=1`` (CI) fails a test whose server is unreachable instead
+of skipping it; ``TULIP_NB_NO_SERVICES=1`` (``make quick``) skips every test that asks for one;
+``HYPOTHESIS_PROFILE`` (``dev`` or ``ci``) picks how many examples property tests run.
+"""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
+from tests.conftest import examples
 from tulip_nb.lab import open_corpus
 from tulip_nb.memory.backends import FileCheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer
@@ -24,7 +25,7 @@ def _key(span: object) -> object:
     return (span.checkpoints, span.first.checkpoint_id, span.latest.checkpoint_id)  # type: ignore[attr-defined]
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.04), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=messy_specs(min_turns=3, max_turns=12, max_forks=1))
 async def test_thread_span_equals_the_listing(spec: MessySpec) -> None:
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import AgentState, CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, Message
 from tulip_nb.memory.backends import MemoryCheckpointer
 from tulip_nb.memory.backends._dict_history import DictHistory
@@ -266,7 +267,7 @@ async def _step(cp: MemoryCheckpointer, ref: Reference, step: int, action: tuple
             del ref.threads[t]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.6), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(op, min_size=1, max_size=16))
 def test_generated_operations_behave_as_the_reference(actions: list[tuple[Any, ...]]) -> None:
     async def run() -> None:

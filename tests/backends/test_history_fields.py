@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import AgentState, CheckpointCorrupt, Message
 from tulip_nb.memory.backends._history_file import HistoryFileCheckpointer
 from tulip_nb.memory.backends._sqlite_history import DB_DIR, DB_NAME
@@ -74,7 +75,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops)
 def test_random_saves_drops_and_copies_all_load_as_saved(tmp_path_factory: pytest.TempPathFactory, plan: list) -> None:
     base = tmp_path_factory.mktemp("fields")

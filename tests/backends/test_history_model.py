@@ -15,6 +15,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import AgentState, CheckpointConflict, CheckpointNotFound, Message
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer
@@ -68,7 +69,7 @@ async def _view(cp: BaseCheckpointer, tid: str) -> tuple[list[str], list[list[st
     return ids, states
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.4), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(op, min_size=1, max_size=14))
 def test_history_layout_behaves_as_memory(actions: list[tuple[object, ...]]) -> None:
     async def run() -> None:

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import AgentState, Message
 from tulip_nb.memory.backends._history_dir import is_turn_end
 from tulip_nb.memory.backends.file import FileCheckpointer
@@ -103,7 +104,7 @@ async def run_ops(base: Path, layout: Any, ops: list[str]) -> None:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_the_projection_follows_every_operation(layout: str, ops: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from tests.conftest import examples
 from tulip_nb.core import AgentState, CheckpointCorrupt, CheckpointNotFound, Message
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint
@@ -48,7 +49,7 @@ async def _check_equal(cp: BaseCheckpointer, thread_id: str) -> int:
     return len(ids)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.04), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=messy_specs(min_turns=4, max_turns=14, max_forks=2))
 async def test_batch_equals_one_by_one_on_messy_threads(spec: MessySpec) -> None:
     with tempfile.TemporaryDirectory() as tmp:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import require_service
+from tests.conftest import examples, require_service
 from tulip_nb.core import AgentState, BackendUnavailable, Message
 from tulip_nb.memory.backends._mysql_tls import greeting_offers_tls, server_offers_tls, tls_mode
 from tulip_nb.memory.urls import checkpointer_from_url
@@ -85,7 +85,7 @@ def test_a_mode_that_contradicts_itself_is_refused_when_built(query: str) -> Non
 # -- the server's greeting -------------------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 @given(flags=st.integers(0, 0xFFFF), version=st.binary(max_size=40).filter(lambda b: b"\0" not in b))
 def test_the_greeting_says_whether_tls_is_offered(flags: int, version: bytes) -> None:
     payload = greeting(flags, version)

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.conftest import require_service
+from tests.conftest import examples, require_service
 from tulip_nb.core import AgentState, CheckpointCorrupt, Message, UserError
 from tulip_nb.memory.backends._kv import decode_record
 from tulip_nb.memory.backends.redis import HISTORY_NAMESPACE
@@ -330,7 +330,7 @@ async def test_a_batch_load_reads_each_message_once_and_equals_single_loads(pref
         await cp.close()
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.03), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=messy_specs(min_turns=4, max_turns=12, max_forks=2))
 async def test_batch_equals_one_by_one_on_messy_threads(spec: MessySpec) -> None:
     """Failed turns, tulip turns, forks that change the prompt: a batch load equals single loads."""

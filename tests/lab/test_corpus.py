@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import SAMPLE_CHECKPOINT
+from tests.conftest import SAMPLE_CHECKPOINT, examples
 from tulip_nb.agent import Agent, Interrupt, NullManager, tool
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab import (
@@ -248,7 +248,7 @@ def test_indexing_and_filter(synthetic: Corpus) -> None:
         synthetic[3.5]  # type: ignore[call-overload]
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.25), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_filter_by_mask_keeps_exactly_the_marked_threads(synthetic: Corpus, data: st.DataObject) -> None:
     mask = data.draw(st.lists(st.booleans(), min_size=len(synthetic), max_size=len(synthetic)))
@@ -440,7 +440,6 @@ def flaky_chunks(source: Any, chunk: list[str], payload: frozenset[str]) -> list
     return [{"thread_id": t, "ok": True} for t in chunk]
 
 
-@settings(max_examples=40)
 @given(
     st.integers(min_value=0, max_value=40),
     st.integers(min_value=1, max_value=12),

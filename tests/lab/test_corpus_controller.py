@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab.controllers import CorpusController
 from tulip_nb.lab.corpus_plots import kept_by_config, plot_corpus_distributions, plot_facts_kept
@@ -168,7 +169,7 @@ def test_a_summary_frame_alone_cannot_open_threads(big: pd.DataFrame) -> None:
     assert "no simulation" in c.sim_html() and c.facts_png() is None
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.4), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     column=st.sampled_from(SUMMARY_COLUMNS),
     flips=st.integers(0, 2),

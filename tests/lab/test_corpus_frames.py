@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from tests.conftest import examples
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab import Corpus, open_corpus, open_thread
 from tulip_nb.lab.corpus_frames import FRAME_COLUMNS, FRAME_KINDS
@@ -66,6 +67,7 @@ def test_frames_in_process_are_consistent(store: Path) -> None:
         _check_consistent(corpus, _frames(corpus))
 
 
+@pytest.mark.slow
 def test_frames_equal_on_a_process_pool_and_a_thread_pool(store: Path) -> None:
     with open_corpus(f"file://{store}") as here:
         want = _frames(here)
@@ -116,7 +118,7 @@ def test_frames_equal_on_dask_pandas_and_dask_dataframe(store: Path, client: Any
         corpus.frame("turns", output="dask")
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.05), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=messy_specs(min_turns=3, max_turns=16, max_forks=1))
 def test_frames_are_consistent_on_messy_corpora(spec: MessySpec) -> None:
     cp = MemoryCheckpointer()

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core.keys import COUNTS_KEY
 from tulip_nb.lab import open_corpus
 from tulip_nb.lab._corpus_rows import SUMMARY_COLUMNS, summary_row
@@ -51,7 +52,7 @@ def _assert_equal(cp: BaseCheckpointer) -> pd.DataFrame:
     return got
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.1), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=messy_specs(min_turns=3, max_turns=25, max_forks=2), n=st.integers(1, 3))
 def test_header_summary_equals_the_states_on_messy_corpora(spec: MessySpec, n: int) -> None:
     cp = MemoryCheckpointer()

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core.calls import answered_by
 from tulip_nb.core.fastload import messages_from_json
 from tulip_nb.core.messages import Message, ToolCall
@@ -169,7 +170,7 @@ def messy_specs_or_skip(**kw: Any) -> Any:
     return messy_specs(**kw)
 
 
-SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(0.3), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -421,7 +422,7 @@ def assert_one_change_each(cp: MemoryCheckpointer, state: AgentState, pick: Call
         assert d.divergence_index == (d.n_a if k == 0 else k)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.06), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=messy_specs_or_skip(min_turns=5, max_turns=25, max_forks=2), data=st.data())
 def test_messy_threads_one_change_each(spec: Any, data: st.DataObject) -> None:
     from tulip_nb.testing import build_messy_thread

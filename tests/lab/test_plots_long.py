@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab import plot_token_usage, to_png
 from tulip_nb.lab._budget import Limits, failed_turn_positions, recorded_limits
@@ -33,6 +34,8 @@ from tulip_nb.lab.plots import (
 from tulip_nb.memory.conversation import STATE_KEY
 
 from .long_plot_threads import FAILED, FAILING, TRIGGER, TURNS, WINDOW, LongThreads, long_threads
+
+pytestmark = pytest.mark.slow  # a 300-turn thread is built for the module
 
 PNG = b"\x89PNG"
 
@@ -172,7 +175,7 @@ def frames(draw: Any) -> tuple[pd.DataFrame, int | None, int | None, bool]:
     return frame, trigger, window, draw(st.booleans())
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames())
 def test_the_axis_covers_sent_trigger_and_window_and_only_follows_full_history_when_asked(
     case: tuple[pd.DataFrame, int | None, int | None, bool],

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.agent import Agent
 from tulip_nb.core.calls import answered_by, calls_before
 from tulip_nb.core.errors import ContextWindowExceeded
@@ -506,7 +507,7 @@ def messy(min_turns: int, max_turns: int, max_forks: int) -> st.SearchStrategy[M
 
 
 @given(spec=messy(min_turns=8, max_turns=30, max_forks=2))
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_unmodified_messy_threads_replay_with_no_divergence(spec: MessySpec) -> None:
     cp = MemoryCheckpointer()
     main = build_messy_thread(cp, "messy", spec)
@@ -516,7 +517,7 @@ def test_unmodified_messy_threads_replay_with_no_divergence(spec: MessySpec) -> 
 
 
 @given(spec=messy(min_turns=8, max_turns=25, max_forks=0), data=st.data())
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_a_changed_recorded_tool_result_is_found_at_its_step(spec: MessySpec, data: st.DataObject) -> None:
     cp = MemoryCheckpointer()
     th = build_messy_thread(cp, "messy", spec)
@@ -552,7 +553,7 @@ def test_a_changed_recorded_tool_result_is_found_at_its_step(spec: MessySpec, da
 
 @pytest.mark.slow
 @given(spec=messy(min_turns=300, max_turns=320, max_forks=1))
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.02), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_a_300_turn_messy_thread_replays_with_no_divergence(spec: MessySpec) -> None:
     cp = MemoryCheckpointer()
     for th in build_messy_thread(cp, "long", spec).threads():

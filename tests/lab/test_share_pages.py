@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tests.lab.hostile_threads import HOSTILE_ID, PAYLOADS, build_hostile_thread
 from tests.lab.page_parse import Elements, assert_inert, data_block
 from tulip_nb.core.errors import UserError
@@ -63,7 +64,7 @@ def check_thread_page(html: str, thread, truth=None) -> dict:  # type: ignore[no
     return data
 
 
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=examples(0.04), deadline=None)
 @given(spec=messy_specs(min_turns=6, max_turns=30, max_forks=1))
 def test_thread_page_shows_every_turn_message_and_call_of_a_messy_thread(spec: MessySpec) -> None:
     cp = MemoryCheckpointer()
@@ -156,7 +157,7 @@ def test_long_texts_are_cut_with_their_full_length_shown() -> None:
         st.none() | st.booleans() | st.integers() | st.text(), lambda c: st.lists(c) | st.dictionaries(st.text(), c)
     )
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 def test_script_json_round_trips_and_cannot_close_its_element(value: object) -> None:
     from tulip_nb.lab._pages._text import script_json
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from tests.conftest import examples
 from tulip_nb.lab import open_thread, simulate_compaction
 from tulip_nb.memory.backends import MemoryCheckpointer
 from tulip_nb.testing import MessySpec, MessyThread, build_messy_thread, messy_specs
@@ -35,7 +36,7 @@ def _same_as_recorded(cp: MemoryCheckpointer, thread_id: str) -> None:
     }, thread_id
 
 
-@settings(max_examples=5, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.05), suppress_health_check=[HealthCheck.too_slow])
 @given(spec=messy_specs(min_turns=8, max_turns=16, max_forks=1, managers=("compactor",)))
 def test_the_recorded_config_reproduces_the_record(spec: MessySpec) -> None:
     cp = MemoryCheckpointer()

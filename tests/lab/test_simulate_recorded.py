@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.agent import Agent
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
@@ -212,7 +213,7 @@ def _closure_summarizer() -> Any:
     return summarise
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.06), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     sizes=st.lists(st.integers(5, 160), min_size=6, max_size=22),
     context_length=st.sampled_from([2500, 3500, 5000]),

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import Message
 from tulip_nb.lab import aopen_thread, asweep
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
@@ -31,7 +32,9 @@ def same_but_cached(a: pd.DataFrame, b: pd.DataFrame) -> None:
 
 
 @settings(
-    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=examples(0.06),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(spec=messy_specs(min_turns=4, max_turns=16, max_forks=1), data=st.data())
 def test_a_rerun_on_a_messy_thread_reuses_every_branch(

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tulip_nb._sync import run_sync
@@ -107,7 +107,6 @@ def test_bad_arguments(kw: dict[str, object], match: str) -> None:
         build_corpus(MemoryCheckpointer(), **kw)  # type: ignore[arg-type]
 
 
-@settings(max_examples=60)
 @given(st.text(min_size=1, max_size=30), st.integers(min_value=0, max_value=10_000))
 def test_facts_depend_on_the_id_only_and_forks_inherit(tid: str, k: int) -> None:
     facts = corpus_facts(tid)

@@ -9,8 +9,10 @@ a corpus.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
+from tests.conftest import examples
 from tulip_nb.core.turns import OUTCOMES
 from tulip_nb.lab import open_corpus, open_thread
 from tulip_nb.memory.backends import MemoryCheckpointer
@@ -35,7 +37,7 @@ def _check(cp: MemoryCheckpointer, truth: MessyThread) -> None:
     assert {int(k): int(v) for k, v in calls.items()} == {t.index: t.model_calls for t in truth.turns if t.model_calls}
 
 
-@settings(max_examples=12, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.12), suppress_health_check=[HealthCheck.too_slow])
 @given(spec=messy_specs(min_turns=5, max_turns=30))
 def test_turns_equal_the_generators_on_messy_threads(spec: MessySpec) -> None:
     cp = MemoryCheckpointer()
@@ -44,6 +46,7 @@ def test_turns_equal_the_generators_on_messy_threads(spec: MessySpec) -> None:
         _check(cp, truth)
 
 
+@pytest.mark.slow
 def test_a_300_turn_messy_thread() -> None:
     cp = MemoryCheckpointer()
     spec = MessySpec(seed=7, turns=300, forks=2, error_rate=0.04, context_rate=0.02, max_iterations_rate=0.02)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import Message
 from tulip_nb.core.errors import UserError
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
@@ -130,7 +131,9 @@ def test_the_epoch_asks_for_another_sample(tmp_path: Path) -> None:
 
 
 @settings(
-    max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=examples(0.05),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(spec=messy_specs(min_turns=4, max_turns=14, max_forks=1))
 def test_messy_answers_come_back_bit_for_bit(spec: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -172,7 +175,7 @@ def test_a_path_is_needed(bad: str) -> None:
 
 def test_text_strategy_for_keys_is_stable() -> None:
     @given(st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=4))
-    @settings(max_examples=30, deadline=None)
+    @settings(deadline=None)
     def check(params: dict[str, Any]) -> None:
         reordered = dict(reversed(list(params.items())))
         assert request_key("m", None, params) == request_key("m", None, reordered)

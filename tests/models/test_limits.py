@@ -40,7 +40,7 @@ def test_one_limit_holds_across_threads_and_event_loops() -> None:
     assert now["most"] == 3 and limit.peak == 3 and limit.active == 0
 
 
-@settings(max_examples=25, deadline=None)
+@settings(deadline=None)
 @given(limit_n=st.integers(1, 4), jobs=st.integers(1, 12), cancel=st.sets(st.integers(0, 11)), seed=st.integers(0, 99))
 def test_cancelled_waiters_never_leak_a_slot(limit_n: int, jobs: int, cancel: set[int], seed: int) -> None:
     limit = ConcurrencyLimit(limit_n)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import AgentState, Message
 from tulip_nb.core.messages import ToolCall
 from tulip_nb.core.state import MessageBlobCache, messages_digest
@@ -226,7 +227,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     contents=st.lists(st.tuples(_text, st.dictionaries(_text, _json, max_size=3)), min_size=0, max_size=8),
     meta=st.dictionaries(_text, _json, max_size=4),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tulip_nb.agent import Agent
@@ -414,7 +414,6 @@ async def _attack(cp: MemoryCheckpointer, kind: str, i: int, j: int, n: int) -> 
     return True
 
 
-@settings(max_examples=120)
 @given(
     n=st.integers(min_value=1, max_value=6),
     attacks=st.lists(

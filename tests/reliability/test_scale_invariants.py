@@ -33,6 +33,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb import Agent, tool
 from tulip_nb.core.calls import answered_by, results_of
 from tulip_nb.core.errors import ContextWindowExceeded
@@ -245,7 +246,7 @@ def run_thread(shape: Shape, manager: Any) -> tuple[MemoryCheckpointer, str, Scr
 
 
 @settings(
-    max_examples=20,
+    max_examples=examples(0.2),
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tulip_nb.memory.backends import FileCheckpointer
 
 DEMO = Path(__file__).resolve().parents[2] / "scripts" / "demo.py"
 
 
+@pytest.mark.slow
 def test_demo_two_processes(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, str(DEMO), str(tmp_path)], capture_output=True, text=True, timeout=120, check=True

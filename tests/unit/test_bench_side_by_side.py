@@ -88,6 +88,7 @@ def test_ratios_are_taken_round_by_round(work: Research, tmp_path: Path) -> None
     assert bc.ratios(o, "a", "missing", "total") == []
 
 
+@pytest.mark.slow
 def test_section_runs_without_peers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BENCH_PEERS_PYTHON", raising=False)
     pytest.importorskip("tulip")

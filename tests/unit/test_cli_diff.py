@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tests.lab.test_diff_messy import SYSTEM, TurnSpec, build, respelled, turn_specs
 from tulip_nb.cli import main
 from tulip_nb.core.messages import Message
@@ -112,7 +113,7 @@ def test_simple_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert e.value.code == 2 and "expected 0 or more messages" in capsys.readouterr().err
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.15), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(turn_specs, min_size=1, max_size=10, unique_by=lambda s: s.tag),
     st.lists(turn_specs, min_size=0, max_size=10, unique_by=lambda s: s.tag),

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tulip_nb.core import AgentState, Message
 from tulip_nb.memory.backends import FileCheckpointer
 
@@ -29,6 +31,7 @@ def make_source(base: Path) -> FileCheckpointer:
     return cp
 
 
+@pytest.mark.slow
 def test_export_prints_the_report_and_resumes(tmp_path: Path) -> None:
     make_source(tmp_path / "src")
     out = cli(f"file:{tmp_path / 'src'}", f"file:{tmp_path / 'dst'}")
@@ -43,6 +46,7 @@ def test_export_prints_the_report_and_resumes(tmp_path: Path) -> None:
     assert "up to date" in again.stdout and "support" not in again.stdout
 
 
+@pytest.mark.slow
 def test_dry_run_latest_only_and_id_mapping(tmp_path: Path) -> None:
     make_source(tmp_path / "src")
     dry = cli(str(tmp_path / "src"), str(tmp_path / "dst"), "--dry-run", "--latest-only")
@@ -53,6 +57,7 @@ def test_dry_run_latest_only_and_id_mapping(tmp_path: Path) -> None:
     assert asyncio.run(FileCheckpointer(tmp_path / "plain").list_threads()) == ["support/7"]
 
 
+@pytest.mark.slow
 def test_conflict_exits_non_zero_and_bad_input_exits_2(tmp_path: Path) -> None:
     make_source(tmp_path / "src")
     asyncio.run(FileCheckpointer(tmp_path / "dst").save(AgentState(), "ticket-1"))

@@ -7,6 +7,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import AgentState, ContextWindowExceeded, Message, ToolCall
 from tulip_nb.memory.compactor import EVENTS_KEY, STATE_KEY, LLMCompactor, model_view, model_views
 from tulip_nb.memory.conversation.plan import stub, units
@@ -50,7 +51,7 @@ def total(view: list[Message]) -> int:
     return sum(cost(m) for m in view) + REPLY_PRIMING
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(msgs=threads(), kw=params)
 def test_properties(msgs: list[Message], kw: dict) -> None:
     c = LLMCompactor(token_counter=cost, **kw)
@@ -85,7 +86,7 @@ def test_properties(msgs: list[Message], kw: dict) -> None:
         assert sum(cost(m) for m in in_tail) <= budget or len(tail_units) <= 2
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.4), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(msgs=threads(), kw=params, summarise=st.booleans())
 async def test_model_view_rebuilds_every_call(msgs: list[Message], kw: dict, summarise: bool) -> None:
     async def summarize_fn(middle: list[Message], previous: str | None) -> str:

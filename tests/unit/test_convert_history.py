@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, examples
 from tulip_nb._sync import run_sync
 from tulip_nb.core import iso_offset
 from tulip_nb.core.keys import MESSAGES_KEY, MIRROR_KEY
@@ -335,7 +335,8 @@ def all_steps() -> list[tuple[str, str]]:
     return _STEPS
 
 
-@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.slow
+@settings(max_examples=examples(0.15), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_a_conversion_killed_after_any_step_can_be_finished(monkeypatch: pytest.MonkeyPatch, data: Any) -> None:
     steps = all_steps()
@@ -554,6 +555,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli(tmp_path: Path) -> None:
     base = legacy_store(tmp_path)
     r = cli(str(base), "messy-fork-0")

@@ -128,6 +128,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_says_what_it_will_write_before_writing(tmp_path: Path) -> None:
     src = FileCheckpointer(tmp_path / "src", fsync=False)
     asyncio.run(_fill(src, "t", 12))

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import Message
 from tulip_nb.core.fastload import messages_from_json
 
@@ -52,7 +53,7 @@ def slow(raw: Any) -> Message | Exception:
         return e
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(4), deadline=None)
 @given(message)
 def test_fast_path_equals_pydantic(raw: dict[str, Any]) -> None:
     expected = slow(orjson.loads(orjson.dumps(raw)))
@@ -96,7 +97,7 @@ def slow_digest(message: Message) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(4), deadline=None)
 @given(message)
 def test_message_digest_fast_path_equals_the_canonical_json(raw: dict[str, Any]) -> None:
     from tulip_nb.core.state import message_digest

@@ -176,6 +176,7 @@ CAS_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("round_", range(3))
 def test_two_processes_with_expected_parent_exactly_one_wins(tmp_path: Path, round_: int) -> None:
     cp = FileCheckpointer(tmp_path)

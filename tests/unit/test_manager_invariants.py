@@ -15,9 +15,11 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import AgentState, ContextWindowExceeded, Message, ToolCall
 from tulip_nb.core.calls import answered_by, block_end
 from tulip_nb.memory.compactor import (
@@ -387,7 +389,8 @@ events_at = st.one_of(st.none(), st.integers(0, 400))
 BASE = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-@settings(BASE, max_examples=200)
+@pytest.mark.slow
+@settings(BASE, max_examples=examples(2))
 @given(thread=threads(), kw=compactor_params, overflow_at=events_at, restart_at=events_at)
 async def test_compactor_views_are_valid_and_bounded(
     thread: Thread, kw: dict[str, Any], overflow_at: int | None, restart_at: int | None
@@ -398,7 +401,7 @@ async def test_compactor_views_are_valid_and_bounded(
     note(thread, await drive(make, thread, overflow_at=overflow_at, restart_at=restart_at))
 
 
-@settings(BASE, max_examples=60)
+@settings(BASE, max_examples=examples(0.6))
 @given(
     thread=threads(),
     window=st.sampled_from([1, 2, 5, 20, 40]),
@@ -416,7 +419,8 @@ async def test_sliding_window_views_are_valid_and_never_raise(
     assert stats["raised"] == 0
 
 
-@settings(BASE, max_examples=120)
+@pytest.mark.slow
+@settings(BASE, max_examples=examples(1.2))
 @given(
     thread=threads(),
     context_length=st.sampled_from([None, 1500, 6000, 32_000]),
@@ -448,7 +452,7 @@ async def test_summarizing_views_are_valid_and_bounded_when_token_aware(
         assert stats["raised"] == 0  # not token-aware
 
 
-@settings(BASE, max_examples=10)
+@settings(BASE, max_examples=examples(0.1))
 @given(thread=threads())
 async def test_null_manager_sends_the_history(thread: Thread) -> None:
     stats = await drive(NullManager, thread)

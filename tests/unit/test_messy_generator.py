@@ -15,6 +15,7 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from tests.conftest import examples
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.keys import EVENTS_KEY, FORKED_FROM_KEY, ITER_KEY, RUN_KEY, SOURCE_KEY, STATE_KEY
 from tulip_nb.memory.backends import MemoryCheckpointer
@@ -132,7 +133,7 @@ async def _check_fork(cp: BaseCheckpointer, fork: MessyThread, source: MessyThre
 
 
 @given(spec=messy_specs(min_turns=3, max_turns=30, max_forks=2))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 async def test_the_ground_truth_is_the_saved_thread(spec: MessySpec) -> None:
     cp = MemoryCheckpointer()
     thread = await abuild_messy_thread(cp, "user/42:chat #1", spec)
@@ -141,7 +142,7 @@ async def test_the_ground_truth_is_the_saved_thread(spec: MessySpec) -> None:
 
 
 @given(spec=messy_specs(min_turns=3, max_turns=15, max_forks=1))
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(0.1), deadline=None)
 async def test_same_seed_same_thread(spec: MessySpec) -> None:
     a, b = MemoryCheckpointer(), MemoryCheckpointer()
     ta = await abuild_messy_thread(a, "t", spec)

@@ -115,6 +115,7 @@ def test_cli_export_on_a_core_only_install(store: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "copy").exists()  # failed before opening anything
 
 
+@pytest.mark.slow
 def test_cli_without_pandas_still_lists_shows_and_diffs(store: Path) -> None:
     r = core_only_cli("threads", "ls", str(store))
     assert r.returncode == 0 and r.stdout.split() == ["t-1", "t-2"], r.stderr

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.agent import Agent, run_sync, tool
 from tulip_nb.core.calls import model_calls
 from tulip_nb.core.errors import UserError
@@ -199,7 +200,7 @@ def tulip_writes_a_turn(cp: BaseCheckpointer, n_calls: int) -> None:
         run_sync(cp.delete(THREAD, cid))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(0.25), deadline=None)
 @given(turns=st.lists(TURN, min_size=1, max_size=12), window=st.integers(3, 10))
 def test_tulip_calls_are_na_ours_are_what_was_sent(turns: list[tuple[str, int]], window: int) -> None:
     cp = MemoryCheckpointer()

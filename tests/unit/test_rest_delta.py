@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import AgentState, Message
 from tulip_nb.memory.rest_delta import (
     MAX_DEPTH,
@@ -73,7 +74,7 @@ def _parts(obj: dict[str, Any]) -> dict[str, Any]:
     return parts_of_json(orjson.dumps(obj))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(evolutions())
 def test_a_patch_rebuilds_the_new_fields_exactly(states: list[dict[str, Any]]) -> None:
     for old, new in itertools.pairwise(states):
@@ -84,7 +85,7 @@ def test_a_patch_rebuilds_the_new_fields_exactly(states: list[dict[str, Any]]) -
         assert orjson.dumps(apply(orjson.loads(joined(a)), orjson.loads(patch))) == joined(b)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 @given(evolutions())
 def test_a_chain_of_encodings_decodes_to_every_state(states: list[dict[str, Any]]) -> None:
     stored: list[tuple[bytes, bool]] = []

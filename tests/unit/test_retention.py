@@ -33,7 +33,7 @@ def chain(sources: list[str]) -> list[CheckpointInfo]:
 sources = st.lists(st.sampled_from(["iteration", "iteration", "iteration", "final", "interrupt"]), max_size=300)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(sources=sources, keep_last=st.none() | st.integers(0, 20), keep_turn_ends=st.booleans())
 def test_plan_prune_invariants(sources: list[str], keep_last: int | None, keep_turn_ends: bool) -> None:
     infos = chain(sources)
@@ -58,7 +58,7 @@ def test_plan_prune_invariants(sources: list[str], keep_last: int | None, keep_t
         assert not dropped & set(ids[len(ids) - keep_last :] if keep_last else [])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(sources=sources, keep_last=st.none() | st.integers(0, 20), rounds=st.integers(1, 3))
 def test_relink_points_every_survivor_at_its_nearest_surviving_ancestor(
     sources: list[str], keep_last: int | None, rounds: int

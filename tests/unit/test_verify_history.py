@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.agent import Agent
 from tulip_nb.cli import main
 from tulip_nb.core.messages import Message
@@ -248,7 +249,9 @@ def test_every_kind_of_damage_at_once_each_on_its_own_line(tmp_path: Path) -> No
     assert f"of {len(threads) + 1} thread(s)" in err  # the moved row's thread too
 
 
-@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=examples(0.12), suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(chosen=st.sets(st.sampled_from(sorted(DAMAGE))))
 def test_verify_names_exactly_the_damaged_threads(tmp_path_factory: pytest.TempPathFactory, chosen: set[str]) -> None:
     base = tmp_path_factory.mktemp("store")

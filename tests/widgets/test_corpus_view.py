@@ -57,6 +57,7 @@ def test_the_view_shows_a_page_of_the_summary_with_plots(built: Built) -> None:
     assert "tulip-nb-corpus-table" in html and html.count("<img") == 2  # the saved notebook's view
 
 
+@pytest.mark.slow
 def test_sort_click_filter_and_paging(built: Built) -> None:
     v = CorpusView(built.corpus, sim=built.sim, page_size=10).wait(30)
     summary = built.corpus.summary()
@@ -87,6 +88,7 @@ def test_sort_click_filter_and_paging(built: Built) -> None:
     assert v.sort_by.value == "thread_id" and list(v.thread_list.options) == built.corpus.thread_ids[:10]
 
 
+@pytest.mark.slow
 def test_selecting_a_row_opens_the_thread_in_a_replay_player(built: Built) -> None:
     v = CorpusView(built.corpus, sim=built.sim, page_size=10).wait(30)
     tid = v.thread_list.options[3]
@@ -108,6 +110,7 @@ def test_selecting_a_row_opens_the_thread_in_a_replay_player(built: Built) -> No
     assert f"model call {n - 1} of {n}" in v._repr_mimebundle_()["text/html"]  # the fallback shows the player too
 
 
+@pytest.mark.slow
 def test_the_config_picker_shows_that_configs_simulation(built: Built) -> None:
     v = CorpusView(built.corpus, sim=built.sim, page_size=10).wait(30)
     assert v.config.options == ("2k", "window-6") and v.config.value == "2k"
@@ -152,6 +155,7 @@ class SlowStore(MemoryCheckpointer):
         return await super().list_checkpoint_infos(thread_id, limit)
 
 
+@pytest.mark.slow
 def test_the_view_opens_at_once_and_works_while_the_summary_is_read() -> None:
     import time
 

@@ -27,6 +27,8 @@ from tulip_nb.models import ScriptedModel, text, tool_call
 from tulip_nb.tools import tool
 from tulip_nb.widgets import CompactionTuner, ReplayPlayer, ThreadDiffView, TokenBudget
 
+pytestmark = pytest.mark.slow  # a 300-turn thread is built for the module
+
 TURNS = 300
 MAX_HEIGHT = re.compile(r"max-height:(\d+)px;overflow:auto")
 
