@@ -34,12 +34,12 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(VENV)/bin/mypy
 
-# The inner loop: ruff check, then the tests that need no server, no browser and no notebook kernel
-# (unit, lab, models, widgets, stores, and the conformance suite on memory and file), minus those
-# marked slow, service, interop or browser, with hypothesis's "dev" profile (10 fresh examples).
-# A new test in these folders is in it unless it is marked; TULIP_NB_NO_SERVICES=1 makes any test
-# that asks for a server skip. `make quick PYTEST_ARGS="-k diff"` narrows it further.
-QUICK_PATHS ?= tests/unit tests/lab tests/models tests/widgets tests/stores tests/backends
+# The inner loop: ruff check, then the unit tests and the conformance suite on memory and file,
+# minus the tests marked slow, service, interop or browser, with hypothesis's "dev" profile (10
+# fresh examples). A new unit test is in it unless it is marked; TULIP_NB_NO_SERVICES=1 makes any
+# test that asks for a server skip. `make quick QUICK_PATHS=tests/lab` runs the same selection on
+# another folder; `make quick PYTEST_ARGS="-k diff -x"` narrows it.
+QUICK_PATHS ?= tests/unit tests/backends/test_conformance.py
 QUICK_MARKS ?= not slow and not service and not interop and not browser
 quick: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .

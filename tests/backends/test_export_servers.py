@@ -40,6 +40,7 @@ async def test_export_from_file_to_each_backend_and_back(kind: str, tmp_path: Pa
         assert home["verified"].all() and list(home["checksum"]) == list(out["checksum"])
 
 
+@pytest.mark.service("postgresql")
 async def test_100_threads_x_20_checkpoints_file_to_postgresql_verifies_clean(tmp_path: Path) -> None:
     src = FileCheckpointer(tmp_path / "src", fsync=False)
     threads = [f"thread-{i:03d}" for i in range(100)]
@@ -75,6 +76,7 @@ export_threads(FileCheckpointer(sys.argv[1]), dest, progress=False, concurrency=
 """
 
 
+@pytest.mark.service("postgresql")
 async def test_export_to_postgresql_killed_midway_resumes(tmp_path: Path) -> None:
     from tests.conftest import require_service
 

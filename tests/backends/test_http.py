@@ -15,6 +15,8 @@ from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
 from .conformance import full_state
 from .factories.remote import S3_CREDENTIALS, free_port, serve_app, skip_without
 
+pytestmark = pytest.mark.service("http")  # checkpoint_app under uvicorn, started by the tests
+
 
 @pytest.fixture
 def server(tmp_path: Any) -> Iterator[tuple[str, FileCheckpointer]]:

@@ -19,6 +19,8 @@ from tulip_nb.memory.rest_delta import unpack
 from .conformance import full_state
 from .factories.remote import S3_CREDENTIALS, free_port, moto_endpoint, new_bucket
 
+pytestmark = pytest.mark.service("s3")  # moto's S3 server, started by the tests
+
 
 def _backend(bucket: str, **kwargs: Any) -> Any:
     from tulip_nb.memory.backends.s3 import S3Backend

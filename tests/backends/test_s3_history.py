@@ -18,6 +18,8 @@ from tulip_nb.memory.integrity import verify_thread
 
 from .factories.remote import S3_CREDENTIALS, moto_endpoint, new_bucket
 
+pytestmark = pytest.mark.service("s3")  # moto's S3 server, started by the tests
+
 HISTORY = "tulip/checkpoints.history/"
 
 

@@ -165,6 +165,7 @@ def test_replay_without_an_agent_is_faithful_on_a_long_thread_with_reused_ids(
     assert all(message_key(a) == message_key(b) for a, b in zip(state.messages, msgs, strict=True))
 
 
+@pytest.mark.slow
 def test_replay_with_an_agent_and_recorded_tools_never_calls_anything(
     reused: tuple[MemoryCheckpointer, Agent], tmp_path: Path
 ) -> None:

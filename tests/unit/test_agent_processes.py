@@ -10,7 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tulip_nb.memory.backends import FileCheckpointer
+
+pytestmark = pytest.mark.slow  # each test runs the agent in new Python processes
 
 ROOT = Path(__file__).resolve().parents[2]
 

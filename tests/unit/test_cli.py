@@ -24,6 +24,7 @@ def test_help_lists_commands() -> None:
     assert out.returncode == 0 and "demo" in out.stdout
 
 
+@pytest.mark.slow
 def test_demo_command(tmp_path: Path) -> None:
     out = cli("demo", str(tmp_path / "threads"))
     assert out.returncode == 0, out.stderr

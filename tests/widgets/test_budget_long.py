@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tulip_nb.lab.controllers import BudgetController
 from tulip_nb.lab.plots import FAILED_GID, FULL_GID, TRIGGER_GID, WINDOW_GID
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.widgets import TokenBudget
 
 from ..lab.long_plot_threads import FAILED, TRIGGER, WINDOW, long_threads
+
+pytestmark = pytest.mark.slow  # a long thread is built for the module
 
 
 def line(ax: Any, gid: str) -> Any:
