@@ -19,6 +19,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base
 
 
+@pytest.mark.slow
 def test_share_writes_a_thread_page(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "page.html"
     assert main(["share", f"file:{store}", "case/1", "-o", str(out), "--max-chars", "500"]) == 0

@@ -300,6 +300,7 @@ KILLS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("event", "nth", "thread"), KILLS)
 def test_a_conversion_killed_at_any_step_leaves_whole_threads_and_finishes_when_run_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, event: str, nth: int, thread: str | None

@@ -181,6 +181,7 @@ export_threads(FileCheckpointer(sys.argv[1]), dest, progress=False, concurrency=
 """
 
 
+@pytest.mark.slow
 async def test_killed_midway_then_resumed_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     src = FileCheckpointer(tmp_path / "src")
     threads = [f"t{i:02d}" for i in range(8)]
