@@ -14,10 +14,10 @@ import pytest
 
 from tulip_nb.agent import Agent
 from tulip_nb.core.calls import answered_by, execution_position
+from tulip_nb.core.canonical import message_key
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab import Replay, diff_threads, export_threads, fork, open_thread
-from tulip_nb.lab._common import message_key
 from tulip_nb.lab.replay import ReplayModel
 from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.backends.memory import MemoryCheckpointer

@@ -25,7 +25,7 @@ answer next to the recorded one, its iterations (the turn's model calls, as
 price is unknown), ``cached`` (nothing was sent for it this run), tool calls (of which answered from
 the record / run live; an idempotent tool's cache hit is neither), and whether the branch
 ``diverged`` from the recording: its messages after the point compared with the rest of the
-recorded turn by the lab's message identity (:func:`~tulip_nb.lab._common.message_key`, tool-call
+recorded turn by the lab's message identity (:func:`~tulip_nb.core.canonical.same_message`, tool-call
 ids left out: they are labels, a call's identity is its position). ``first_divergence`` is the
 recording's message index where they first differ (None: the same). A thread that cannot be read or
 has no such point, and a branch that fails, are rows with ``error``; the sweep goes on. Each branch
@@ -61,10 +61,10 @@ from tulip_nb._sync import sync_twin
 from tulip_nb.agent import Agent
 from tulip_nb.agent.events import Hooks, ModelCall, ToolCalled
 from tulip_nb.core.calls import CallRef, execution_position, last_model_call, unanswered_calls
+from tulip_nb.core.canonical import same_message
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._common import message_key
 from tulip_nb.lab._live import SweepBudget, Tally, branch_id, executions_after, finished, live_columns, saved_branch
 from tulip_nb.lab.branches import (
     Variants,
@@ -286,14 +286,6 @@ def _answering_tool(
     return Tool(answer, name=name, description=desc, parameters=params, idempotent=idempotent)
 
 
-def _identity(msg: Message) -> bytes:
-    """A message's identity for divergence: :func:`message_key` without tool-call ids."""
-    if msg.tool_calls or msg.tool_call_id:
-        calls = [c.model_copy(update={"id": ""}) for c in msg.tool_calls]
-        msg = msg.model_copy(update={"tool_calls": calls, "tool_call_id": None})
-    return message_key(msg)
-
-
 def _turn_end(messages: Sequence[Message], point: int) -> int:
     """End (exclusive) of the turn ``messages[point]`` is in: the next user message, or the end."""
     return next((i for i in range(point + 1, len(messages)) if messages[i].role == "user"), len(messages))
@@ -307,7 +299,7 @@ def _final_text(messages: Sequence[Message]) -> str | None:
 def _divergence(branch: Sequence[Message], recording: Sequence[Message], start: int) -> int | None:
     """The recording's index (``start`` + offset) where ``branch`` first differs from ``recording``."""
     for k, (a, b) in enumerate(zip(branch, recording, strict=False)):
-        if a is not b and _identity(a) != _identity(b):
+        if not same_message(a, b, ids=False):
             return start + k
     return None if len(branch) == len(recording) else start + min(len(branch), len(recording))
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -50,9 +49,9 @@ import orjson
 from tulip_nb._deps import require
 from tulip_nb._sync import sync_twin
 from tulip_nb.core import iso_offset
+from tulip_nb.core.canonical import canonical_json_of
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.state import state_json_bytes
-from tulip_nb.lab._common import canonical_json
 from tulip_nb.lab._export_cost import CostModel, dest_layout
 from tulip_nb.lab._ids import IdMap, add_principal, strip_principal
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
@@ -126,14 +125,9 @@ class _Plan:
 
 
 def _canonical_state(ckpt: Checkpoint) -> bytes:
-    """The state's canonical JSON (keys sorted, numbers as parsed values): what verification and
-    the checksum compare, so a store that reorders keys (PostgreSQL ``jsonb``) verifies."""
-    raw = state_json_bytes(ckpt.state)
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:  # an int beyond 64 bits
-        value = json.loads(raw)
-    return canonical_json(value)
+    """The state's canonical JSON (:mod:`tulip_nb.core.canonical`): what verification and the
+    checksum compare, so a store that reorders keys (PostgreSQL ``jsonb``) verifies."""
+    return canonical_json_of(state_json_bytes(ckpt.state))
 
 
 def _same_info(a: CheckpointInfo, b: CheckpointInfo) -> bool:

@@ -94,12 +94,13 @@ from tulip_nb.agent import Agent
 from tulip_nb.agent.result import AgentResult, Step
 from tulip_nb.agent.turns import RUN_KEY, TurnRunner, snapshot, start_turn
 from tulip_nb.core.calls import CallRef, last_model_call, model_calls, unanswered_calls
+from tulip_nb.core.canonical import same_message
 from tulip_nb.core.errors import TulipNBError, UserError
 from tulip_nb.core.keys import REPLAY_STEP_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import FAILED_OUTCOMES, Turn, outcome_for, split_turns, turn_index
-from tulip_nb.lab._common import Edit, apply_edit, call_text, message_key
+from tulip_nb.lab._common import Edit, apply_edit, call_text
 from tulip_nb.lab._recorded_results import (
     OUTCOME_UNKNOWN_PREFIX,
     UNKNOWN_QUESTION,
@@ -492,9 +493,7 @@ class Replay:
             bound = self.record_turns[k].last if k is not None else len(self._origin.messages) - 1
             want = self.record[i] if i <= bound else None
             got = msgs[j]
-            if want is not None and (
-                got is want or got.json_bytes() == want.json_bytes() or message_key(got) == message_key(want)
-            ):
+            if want is not None and same_message(got, want):
                 continue
             kind = "extra message"
             if want is not None and got.role == want.role == "tool":
