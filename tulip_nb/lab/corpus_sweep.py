@@ -54,7 +54,7 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tulip_nb._deps import require
 from tulip_nb._sync import sync_twin
@@ -66,6 +66,7 @@ from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._live import SweepBudget, Tally, branch_id, executions_after, finished, live_columns, saved_branch
+from tulip_nb.lab._stores import open_checkpointer
 from tulip_nb.lab.branches import (
     Variants,
     _named_variants,
@@ -76,7 +77,6 @@ from tulip_nb.lab.branches import (
     save_branch,
 )
 from tulip_nb.lab.executors import amap_threads, is_dask_client, require_picklable
-from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.replay import RecordedResults
 from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.models.budget import Budget
@@ -86,9 +86,25 @@ from tulip_nb.tools import Tool
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tulip_nb.lab.corpus import Corpus
+    from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["COLUMNS", "At", "asweep_corpus", "sweep_chunk", "sweep_corpus"]
+__all__ = ["COLUMNS", "At", "CorpusLike", "asweep_corpus", "sweep_chunk", "sweep_corpus"]
+
+
+class CorpusLike(Protocol):
+    """What a corpus sweep reads of its corpus (a :class:`~tulip_nb.lab.Corpus` is one): the thread
+    ids, the open store, and the URL it was opened from (None: not from a URL; workers in other
+    processes need one)."""
+
+    @property
+    def thread_ids(self) -> list[str]: ...
+
+    @property
+    def checkpointer(self) -> BaseCheckpointer: ...
+
+    @property
+    def source(self) -> str | None: ...
+
 
 At = str | int | Callable[[Thread], int]
 """A branch point: ``"last_user"``, ``"first_user"``, a message index (negative from the end),
@@ -515,7 +531,7 @@ def _expand(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]
 
 
 async def asweep_corpus(
-    corpus: Corpus,
+    corpus: CorpusLike,
     variants: Variants,
     *,
     at: At = "last_user",

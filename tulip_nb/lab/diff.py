@@ -47,11 +47,11 @@ from tulip_nb.core.turns import turn_index, turn_starts
 from tulip_nb.lab._common import FORK_INDEX_KEY, call_text, esc, short
 from tulip_nb.lab._diff_align import Row, Side, align, lineage_turns, side
 from tulip_nb.lab.lineage import common_ancestor, origin
+from tulip_nb.lab.thread import Thread, aas_thread, aopen_thread
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tulip_nb.lab.thread import Thread
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 __all__ = ["Hunk", "MessageChange", "ThreadDiff", "adiff_threads", "diff_threads"]
@@ -507,8 +507,6 @@ async def adiff_threads(
     """Compare two threads (module docstring); ``a`` is the reference, ``b`` the other side (a
     :class:`Thread`, or a thread id of ``a``'s checkpointer). ``a`` may be a thread id too, with
     ``checkpointer=`` (a checkpointer or its URL): then both ids are opened there."""
-    from tulip_nb.lab.thread import Thread, aas_thread, aopen_thread
-
     a = await aas_thread(a, checkpointer, what="diff_threads")
     if not isinstance(b, Thread):  # a thread id: opened in a's checkpointer (which checks it)
         b = await aopen_thread(a.checkpointer, b, counter=a.counter)
