@@ -277,11 +277,6 @@ class Thread:
                 best = info
         return best
 
-    def prefix_checkpoint(self, messages: list[Message]) -> Checkpoint | None:
-        """Sync :meth:`aprefix_checkpoint`, loaded."""
-        info = run_sync(self.aprefix_checkpoint(messages))
-        return None if info is None else self.checkpoint(info.checkpoint_id)
-
     # -- frames ---------------------------------------------------------------------------------
     def _counts(self) -> list[int]:
         """Token counts of the latest messages; the agent's saved counts are reused when they hold."""
