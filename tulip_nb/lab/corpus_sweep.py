@@ -65,17 +65,9 @@ from tulip_nb.core.canonical import same_message
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._live import SweepBudget, Tally, branch_id, executions_after, finished, live_columns, saved_branch
+from tulip_nb.lab._live import SweepBudget, Tally, branch_id, executions_after, live_columns
 from tulip_nb.lab._stores import open_checkpointer
-from tulip_nb.lab.branches import (
-    Variants,
-    _named_variants,
-    _point,
-    _sweep_messages,
-    _variant_agent,
-    branch_state,
-    save_branch,
-)
+from tulip_nb.lab.branches import VariantBranch, Variants, _named_variants, _point, _variant_agent, sweep_variants
 from tulip_nb.lab.executors import amap_threads, is_dask_client, require_picklable
 from tulip_nb.lab.replay import RecordedResults
 from tulip_nb.lab.thread import Thread, aopen_thread
@@ -350,8 +342,8 @@ async def _run_branch(
 ) -> None:
     """Fork ``point`` for variant ``name``, run it to the end of the turn, fill ``row``."""
     thread = point.thread
-    msgs, shift = _sweep_messages(point.state, point.index, spec, f"thread {thread.thread_id!r}")
-    at = len(msgs) - 1 - shift  # the branch point in the recording's numbering (an edit may cut earlier)
+    vb = VariantBranch.make(point.state, point.index, spec, f"thread {thread.thread_id!r}")
+    at, msgs, shift = vb.at, vb.messages, vb.shift
     record = thread.final_messages
     segment = record[at + 1 : _turn_end(record, at)]
     row["recorded_answer"] = _final_text(segment)
@@ -362,30 +354,26 @@ async def _run_branch(
             "message, e.g. at='last_user')",
             thread_id=thread.thread_id,
         )
-    branch = branch_state(point.state, msgs, shift=shift)
     tid = branch_id(thread.thread_id, point.parent, at, name, spec, base, None) if plan.resume else None
-    saved = await saved_branch(thread.checkpointer, tid) if tid is not None else None
     live_only = set(spec.get("tool_override") or {})
-    tally: Tally | None = None
-    if saved is not None and finished(saved, len(msgs)):
-        row["branch_thread_id"] = tid
-        final = saved
+    tally = Tally()
+    counts = {"recorded": 0, "live": 0}
+
+    async def go(branch_tid: str) -> AgentState:
+        row["branch_thread_id"] = branch_tid
+        return await _run_live(point, variant, msgs, shift, live_only, branch_tid, tally, counts)
+
+    final = await vb.run(thread, go, parent=point.parent, index=at, name=name, tid=tid)
+    row["branch_thread_id"] = vb.thread_id
+    branch = vb.branch
+    if vb.reused:
         counts = _recorded_counts(branch, final, point.recorded, live_only, shift)
-    else:
-        if saved is not None and tid is not None:  # unfinished (a crash, a failure): run it again
-            await thread.checkpointer.delete(tid)
-        tid = await save_branch(
-            thread, branch, point.parent, new_thread_id=tid, index=at, source="sweep", extra={"variant": name}
-        )
-        row["branch_thread_id"] = tid
-        tally = Tally()
-        final, counts = await _run_live(point, variant, msgs, shift, live_only, tid, tally)
     after = final.messages[len(msgs) :]
     first = _divergence(after, segment, at + 1)
     row.update(
         final_answer=_final_text(after),
         iterations=final.iteration,
-        **live_columns(variant.model, branch, final, tally),
+        **live_columns(variant.model, branch, final, None if vb.reused else tally),
         tool_calls=len(executions_after(branch, final)),
         recorded_tool_answers=counts["recorded"],
         live_tool_calls=counts["live"],
@@ -395,11 +383,18 @@ async def _run_branch(
 
 
 async def _run_live(
-    point: _Point, variant: Agent, msgs: list[Message], shift: int, live_only: set[str], tid: str, tally: Tally
-) -> tuple[AgentState, dict[str, int]]:
-    """Run the saved branch ``tid`` to the end of its turn, tools answered from the record."""
+    point: _Point,
+    variant: Agent,
+    msgs: list[Message],
+    shift: int,
+    live_only: set[str],
+    tid: str,
+    tally: Tally,
+    counts: dict[str, int],
+) -> AgentState:
+    """Run the saved branch ``tid`` to the end of its turn, tools answered from the record (how
+    many from the record, how many live: ``counts``)."""
     positions = _Positions(msgs, shift)
-    counts = {"recorded": 0, "live": 0}
     real = variant.tools_by_name
     names = sorted(point.recorded.names | set(real))
     tools = [
@@ -415,7 +410,7 @@ async def _run_live(
         hooks=[positions, tally],
     )
     result = await agent.resume(thread_id=tid)
-    return result.state, counts
+    return result.state
 
 
 def _recorded_counts(
@@ -471,26 +466,18 @@ async def _sweep_chunk(cp: Any, thread_ids: Sequence[str], plan: _Plan) -> list[
     variants = {name: spend.hold(_variant_agent(base, spec, name, None)) for name, spec in specs.items()}
     gate = asyncio.Semaphore(plan.max_concurrency)
 
-    async def branch(point: _Point, name: str) -> dict[str, Any]:
-        row = _row(point.thread.thread_id, name)
-        async with gate:
-            if spend.stopped:
-                row["error"] = spend.not_run()
-                return row
-            try:
-                await _run_branch(point, name, specs[name], variants[name], row, plan, base)
-                spend.done += 1
-            except Exception as e:  # one failed branch must not sink the sweep
-                row["error"] = _error(e)
-        return row
-
     async def thread(tid: str) -> list[dict[str, Any]]:
+        """The one sweep (:func:`~tulip_nb.lab.branches.sweep_variants`) at this thread's point."""
         try:
             async with gate:
                 point = await _open_point(cp, tid, plan.at)
         except Exception as e:
             return [_row(tid, name, error=_error(e)) for name in specs]
-        return list(await asyncio.gather(*(branch(point, name) for name in specs)))
+
+        async def fill(name: str, row: dict[str, Any]) -> None:
+            await _run_branch(point, name, specs[name], variants[name], row, plan, base)
+
+        return await sweep_variants(list(specs), fill, lambda name: _row(tid, name), gate=gate, spend=spend)
 
     per_thread = await asyncio.gather(*(thread(tid) for tid in thread_ids))
     return [row for rows in per_thread for row in rows]
