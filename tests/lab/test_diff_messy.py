@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from tulip_nb.core.calls import answered_by
+from tulip_nb.core.canonical import message_key
 from tulip_nb.core.fastload import messages_from_json
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import TURNS_KEY, split_turns
 from tulip_nb.lab import ThreadDiff, diff_threads, fork, open_thread
-from tulip_nb.lab._common import message_key
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
 
 SYSTEM = "You are an analyst. Keep every fact."

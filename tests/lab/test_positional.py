@@ -14,15 +14,14 @@ import pytest
 
 from tulip_nb.agent import Agent
 from tulip_nb.core.calls import answered_by, execution_position
+from tulip_nb.core.canonical import message_key
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab import Replay, diff_threads, export_threads, fork, open_thread
-from tulip_nb.lab._common import message_key
-from tulip_nb.lab.replay import ReplayModel
 from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint
-from tulip_nb.models import ScriptedModel, text, tool_call, tool_calls
+from tulip_nb.models import ReplayModel, ScriptedModel, text, tool_call, tool_calls
 from tulip_nb.models.base import ModelResponse, Usage
 from tulip_nb.tools import Tool, tool
 

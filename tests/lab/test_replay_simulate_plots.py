@@ -9,7 +9,6 @@ from tulip_nb.agent import Agent
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab import (
     Replay,
-    ReplayModel,
     compaction_grid,
     diff_threads,
     plot_composition,
@@ -19,7 +18,7 @@ from tulip_nb.lab import (
     to_png,
 )
 from tulip_nb.memory.compactor import EVENTS_KEY, NullManager, SlidingWindowManager
-from tulip_nb.models import ScriptedModel
+from tulip_nb.models import ReplayModel, ScriptedModel
 from tulip_nb.tools import tool
 
 from .conftest import THREAD, RaisingModel, Recorded, lookup_order, make_reply, manager

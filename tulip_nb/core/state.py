@@ -11,7 +11,6 @@ turn; ``messages``, ``metadata`` and ``provider_state`` carry across turns.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import operator
 import threading
@@ -19,11 +18,10 @@ import uuid
 from collections import OrderedDict
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from tulip_nb.core._time import AwareDatetime, utcnow
-from tulip_nb.core.frozen import FrozenDict, FrozenList
+from tulip_nb.core.canonical import written_json
 from tulip_nb.core.messages import DIGEST_CACHE, Message, ToolCall
 
 __all__ = [
@@ -173,71 +171,22 @@ class _BlobEntry:
 
 
 def message_digest(message: Message) -> bytes:
-    """sha256 of a message's canonical JSON (keys sorted at every level), the leaf of a thread's hash.
+    """sha256 of a message's :func:`~tulip_nb.core.canonical.written_json` (keys sorted at every
+    level, numbers as written), the leaf of a thread's hash.
 
     Sorting keys makes the digest independent of the key order a store hands back (PostgreSQL
     ``jsonb`` reorders keys, tulip writes its own order), so a checkpoint verifies on every backend.
     Computed once per message object (messages are immutable) and kept beside its JSON bytes, so
     verifying the consecutive checkpoints of a thread, which share message objects, hashes each
-    message once.
+    message once. Numbers are hashed as written, not by value as :mod:`tulip_nb.core.canonical`
+    compares messages: these digests are persisted in signed saves (that module says why).
     """
     cached: bytes | None = message.__dict__.get(DIGEST_CACHE)
     if cached is not None:
         return cached
-    digest = _message_digest(message)
+    digest = hashlib.sha256(written_json(message)).digest()
     message.__dict__[DIGEST_CACHE] = digest
     return digest
-
-
-def _message_digest(message: Message) -> bytes:
-    try:  # fast: dump the fields as they are, when they are plain JSON values (always, once loaded)
-        data = orjson.dumps(_plain_message(message), option=_CANONICAL, default=_not_plain)
-    except (orjson.JSONEncodeError, TypeError):  # anything else: the serialiser's JSON, re-sorted
-        data = message.json_bytes()
-        with contextlib.suppress(orjson.JSONDecodeError, orjson.JSONEncodeError):  # an int beyond 64 bits
-            data = orjson.dumps(orjson.loads(data), option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(data).digest()
-
-
-# Plain JSON values only: datetimes, dataclasses and subclasses of str/int/dict/list go to
-# ``_not_plain`` and so to the slow path, whose pydantic serialisation decides their JSON form.
-_CANONICAL = (
-    orjson.OPT_SORT_KEYS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-)
-
-
-def _not_plain(value: Any) -> Any:
-    kind = type(value)
-    if kind is FrozenDict:  # a message's read-only containers are plain JSON underneath
-        return dict(value)
-    if kind is FrozenList:
-        return list(value)
-    raise TypeError(f"not a plain JSON value: {kind.__name__}")
-
-
-def _plain_message(message: Message) -> dict[str, Any]:
-    """The message's fields (and extra keys) as the dict its JSON decodes to."""
-    fields = message.__dict__
-    calls = []
-    for call in fields["tool_calls"]:
-        if type(call) is not ToolCall:
-            raise TypeError("not a ToolCall")
-        plain = {k: call.__dict__[k] for k in _CALL_FIELDS}
-        if call.__pydantic_extra__:
-            plain.update(call.__pydantic_extra__)
-        calls.append(plain)
-    out = {k: fields[k] for k in _MESSAGE_FIELDS}
-    out["tool_calls"] = calls
-    if message.__pydantic_extra__:
-        out.update(message.__pydantic_extra__)
-    return out
-
-
-_MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "metadata")
-_CALL_FIELDS = ("id", "name", "arguments", "malformed_arguments")
 
 
 class MessageBlobCache:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from tulip_nb.lab.executors import amap_threads, map_threads
     from tulip_nb.lab.export import aexport_threads, export_threads
     from tulip_nb.lab.plots import InlineFigure, plot_composition, plot_sweep, plot_token_usage, to_png
-    from tulip_nb.lab.replay import LiveBranch, Replay, ReplayModel
+    from tulip_nb.lab.replay import LiveBranch, Replay
     from tulip_nb.lab.simulate import (
         asimulate_compaction,
         compaction_grid,
@@ -58,7 +58,6 @@ _LAZY: dict[str, str] = {
     "aas_thread": "tulip_nb.lab.thread",
     "ThreadLike": "tulip_nb.lab.thread",
     "Replay": "tulip_nb.lab.replay",
-    "ReplayModel": "tulip_nb.lab.replay",
     "LiveBranch": "tulip_nb.lab.replay",
     "fork": "tulip_nb.lab.branches",
     "afork": "tulip_nb.lab.branches",
@@ -99,7 +98,6 @@ __all__ = [
     "LiveBranch",
     "MessageChange",
     "Replay",
-    "ReplayModel",
     "Thread",
     "ThreadDiff",
     "ThreadLike",

@@ -43,9 +43,9 @@ from tulip_nb.core.errors import CheckpointNotFound
 from tulip_nb.core.keys import FORKED_FROM_KEY, PARENT_KEY, RUN_ID_KEY, SOURCE_KEY
 from tulip_nb.core.turns import OUTCOMES, split_turns
 from tulip_nb.lab._headers import marked_count
+from tulip_nb.lab._stores import open_checkpointer
 from tulip_nb.lab._window import saved_window, window_for
 from tulip_nb.lab.executors import error_row
-from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.simulate import asimulate_compaction, normalize_probes
 from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.memory.conversation import EVENTS_KEY, compaction_events, saved_token_counts

@@ -23,8 +23,8 @@ from tulip_nb.core.errors import CheckpointNotFound, UserError
 from tulip_nb.core.keys import FORKED_FROM_KEY
 from tulip_nb.lab._corpus_rows import STATE_COLUMNS, end_chunk, summary_row
 from tulip_nb.lab._headers import marked_count
+from tulip_nb.lab._stores import open_checkpointer
 from tulip_nb.lab.executors import error_row
-from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.memory.counts import LINEAGE_COUNTS, STATE_COUNTS, read_counts
 
 if TYPE_CHECKING:

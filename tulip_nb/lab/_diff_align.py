@@ -12,7 +12,7 @@ its **turns** (:func:`tulip_nb.core.turns.split_turns`). :func:`align` pairs the
 4. Inside each pair of turns, the messages (difflib over message keys; a replaced run pairs
    messages of the same role in order).
 
-Two messages are the same when their keys are: :func:`~tulip_nb.lab._common.message_key` with
+Two messages are the same when their keys are: :func:`~tulip_nb.core.canonical.message_key` with
 ``ids=False`` (canonical JSON, default fields dropped, tool-call ids left out) plus, for a tool
 result, its place in its block and the position of the call it answers
 (:func:`tulip_nb.core.calls.answered_by`) -- a call is its position (ARCHITECTURE decision 10), so
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tulip_nb.core.calls import CallRef, answered_by
+from tulip_nb.core.canonical import message_key
 from tulip_nb.core.messages import Message
 from tulip_nb.core.turns import FAILED_OUTCOMES, Turn, split_turns
-from tulip_nb.lab._common import message_key
 
 __all__ = ["Row", "Side", "align", "lineage_turns", "side"]
 

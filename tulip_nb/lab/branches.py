@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
@@ -55,7 +56,18 @@ if TYPE_CHECKING:
 
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["SWEEP_COLUMNS", "afork", "asweep", "branch_state", "fork", "save_branch", "sweep", "turn_executions"]
+__all__ = [
+    "SWEEP_COLUMNS",
+    "VariantBranch",
+    "afork",
+    "asweep",
+    "branch_state",
+    "fork",
+    "save_branch",
+    "sweep",
+    "sweep_variants",
+    "turn_executions",
+]
 
 VARIANT_KEYS = frozenset({"model", "system_prompt", "edit", "conversation_manager", "tool_override"})
 
@@ -319,32 +331,87 @@ def _sweep_messages(state: AgentState, index: int, spec: Mapping[str, Any], wher
     return [system, *msgs], 1
 
 
-async def _run_variant(
-    thread: Thread,
-    a: Agent,
-    branch: AgentState,
-    tid: str | None,
+@dataclass
+class VariantBranch:
+    """One variant's branch from one point of a thread: the work a sweep does per variant.
+
+    :meth:`make` builds its history (the variant's edit and system prompt applied; ``shift``
+    messages inserted before the point) and the state saved as its first checkpoint; :meth:`run`
+    forks it into its own thread and runs it, or finds the branch a previous run of the same sweep
+    finished (``reused``). :func:`sweep` runs one per variant at a point of one thread;
+    :func:`~tulip_nb.lab.corpus_sweep.sweep_corpus` maps the same over every thread of a corpus.
+    """
+
+    messages: list[Message]
+    shift: int
+    branch: AgentState
+    thread_id: str | None = None
+    final: AgentState | None = None
+    reused: bool = False
+
+    @classmethod
+    def make(cls, state: AgentState, index: int, spec: Mapping[str, Any], where: str) -> VariantBranch:
+        msgs, shift = _sweep_messages(state, index, spec, where)
+        return cls(msgs, shift, branch_state(state, msgs, shift=shift))
+
+    @property
+    def at(self) -> int:
+        """The branch point in the recording's numbering (an edit may cut before the sweep's point)."""
+        return len(self.messages) - 1 - self.shift
+
+    async def run(
+        self,
+        thread: Thread,
+        go: Callable[[str], Awaitable[AgentState]],
+        *,
+        parent: str,
+        index: int,
+        name: str,
+        tid: str | None,
+    ) -> AgentState:
+        """Fork (or find) the branch ``tid`` of ``thread`` at ``parent`` and run it: ``go(thread_id)``
+        returns its final state. A finished branch is reused, an unfinished one (a crash, a failure)
+        deleted and run again; :attr:`thread_id` is set before the run."""
+        cp = thread.checkpointer
+        saved = await saved_branch(cp, tid) if tid is not None else None
+        if saved is not None and finished(saved, len(self.messages)):
+            self.thread_id, self.final, self.reused = tid, saved, True
+            return saved
+        if saved is not None and tid is not None:
+            await cp.delete(tid)
+        self.thread_id = await save_branch(
+            thread, self.branch, parent, new_thread_id=tid, index=index, source="sweep", extra={"variant": name}
+        )
+        self.final = await go(self.thread_id)
+        return self.final
+
+
+async def sweep_variants(
+    names: Sequence[str],
+    fill: Callable[[str, dict[str, Any]], Awaitable[None]],
+    new_row: Callable[[str], dict[str, Any]],
     *,
-    parent: str,
-    index: int,
-    name: str,
-    prompt: str | None,
-    row: dict[str, Any],
-) -> AgentState:
-    """Fork (or find) the branch ``tid`` and run it; returns its final state. ``row`` gets its id."""
-    cp = thread.checkpointer
-    saved = await saved_branch(cp, tid) if tid is not None else None
-    if saved is not None and finished(saved, len(branch.messages)):
-        row["thread_id"] = tid
-        return saved
-    if saved is not None and tid is not None:  # unfinished (a crash, a failure): run it again
-        await cp.delete(tid)
-    tid = await save_branch(
-        thread, branch, parent, new_thread_id=tid, index=index, source="sweep", extra={"variant": name}
-    )
-    row["thread_id"] = tid
-    result = await (a.run(prompt, thread_id=tid) if prompt is not None else a.resume(thread_id=tid))
-    return result.state
+    gate: asyncio.Semaphore,
+    spend: SweepBudget,
+) -> list[dict[str, Any]]:
+    """One row per variant: ``fill(name, row)`` under ``gate``, the budget's refusal for a variant
+    not started once it is spent, and a failed variant's error in its row (one failed branch must
+    not sink the sweep)."""
+
+    async def one(name: str) -> dict[str, Any]:
+        row = new_row(name)
+        async with gate:
+            if spend.stopped:
+                row["error"] = spend.not_run()
+                return row
+            try:
+                await fill(name, row)
+                spend.done += 1
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {e}"
+        return row
+
+    return list(await asyncio.gather(*(one(n) for n in names)))
 
 
 async def asweep(
@@ -392,43 +459,41 @@ async def asweep(
         for name, spec in variants.items()
     }
     state, index, parent = await _point(thread, at)
-    gate = asyncio.Semaphore(concurrency)
     spend.total = len(variants)
 
-    async def one(name: str) -> dict[str, Any]:
-        spec = variants[name]
-        msgs, shift = _sweep_messages(state, index, spec, f"thread {thread.thread_id!r}")
-        branch = branch_state(state, msgs, shift=shift)
+    def new_row(name: str) -> dict[str, Any]:
         row: dict[str, Any] = dict.fromkeys(SWEEP_COLUMNS)
         row.update(variant=name, iterations=0, tool_trajectory=[], compactions=0)
-        tid = branch_id(thread.thread_id, parent, index, name, spec, agent, prompt) if resume else None
-        async with gate:
-            if spend.stopped:
-                row["error"] = spend.not_run()
-                return row
-            try:
-                a = agents[name]
-                final = await _run_variant(
-                    thread, a, branch, tid, parent=parent, index=index, name=name, prompt=prompt, row=row
-                )
-                reused = tallies[name].calls == 0
-                before = len(branch.metadata.get(EVENTS_KEY) or [])
-                last = final.messages[-1] if len(final.messages) > len(msgs) else None
-                row.update(
-                    final_answer=last.content
-                    if last is not None and last.role == "assistant" and not last.tool_calls
-                    else None,
-                    iterations=final.iteration,
-                    tool_trajectory=executions_after(branch, final),
-                    compactions=len(final.metadata.get(EVENTS_KEY) or []) - before,
-                    **live_columns(a.model, branch, final, None if reused else tallies[name]),
-                )
-                spend.done += 1
-            except Exception as e:  # one failed variant must not sink the sweep
-                row["error"] = f"{type(e).__name__}: {e}"
         return row
 
-    rows = await asyncio.gather(*(one(n) for n in variants))
+    async def fill(name: str, row: dict[str, Any]) -> None:
+        spec, a = variants[name], agents[name]
+        vb = VariantBranch.make(state, index, spec, f"thread {thread.thread_id!r}")
+        tid = branch_id(thread.thread_id, parent, index, name, spec, agent, prompt) if resume else None
+
+        async def go(branch_tid: str) -> AgentState:
+            row["thread_id"] = branch_tid
+            result = await (
+                a.run(prompt, thread_id=branch_tid) if prompt is not None else a.resume(thread_id=branch_tid)
+            )
+            return result.state
+
+        final = await vb.run(thread, go, parent=parent, index=index, name=name, tid=tid)
+        row["thread_id"] = vb.thread_id
+        reused = tallies[name].calls == 0
+        before = len(vb.branch.metadata.get(EVENTS_KEY) or [])
+        last = final.messages[-1] if len(final.messages) > len(vb.messages) else None
+        row.update(
+            final_answer=last.content
+            if last is not None and last.role == "assistant" and not last.tool_calls
+            else None,
+            iterations=final.iteration,
+            tool_trajectory=executions_after(vb.branch, final),
+            compactions=len(final.metadata.get(EVENTS_KEY) or []) - before,
+            **live_columns(a.model, vb.branch, final, None if reused else tallies[name]),
+        )
+
+    rows = await sweep_variants(list(variants), fill, new_row, gate=asyncio.Semaphore(concurrency), spend=spend)
     frame = pd.DataFrame(rows, columns=SWEEP_COLUMNS)
     frame["tokens"] = frame["tokens"].astype("Int64")
     frame["cost"] = frame["cost"].astype("Float64")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, overload
 from tulip_nb._deps import require
 from tulip_nb._sync import run_sync, sync_twin
 from tulip_nb.core.errors import UserError
+from tulip_nb.lab._common import esc
 from tulip_nb.lab._corpus_rows import (
     ALL_SUMMARY_COLUMNS,
     SIMULATION_COLUMNS,
@@ -40,8 +41,17 @@ from tulip_nb.lab._corpus_rows import (
 )
 from tulip_nb.lab._corpus_summary import FALLBACKS, summary_task
 from tulip_nb.lab._recorded import check_choice
-from tulip_nb.lab.executors import Progress, amap_threads, is_dask_client, require_picklable
-from tulip_nb.lab.export import open_checkpointer
+from tulip_nb.lab._stores import open_checkpointer
+from tulip_nb.lab.corpus_frames import FRAME_KINDS, frame_partition, frames_task, typed_frame
+from tulip_nb.lab.corpus_sweep import asweep_corpus
+from tulip_nb.lab.executors import (
+    Progress,
+    amap_threads,
+    is_dask_client,
+    plan_chunks,
+    require_picklable,
+    worker_source,
+)
 from tulip_nb.lab.simulate import RECORDED, Configs, Probes, Summarizer, _configs, _schemas, normalize_probes
 from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.memory.conversation import LLMCompactor, SummarizingConversationManager
@@ -341,8 +351,6 @@ class Corpus:
         returns a lazy dask DataFrame, one partition per chunk, computed on the cluster.
         ``text``: the messages frame with each message's text. The same rows whatever the
         executor; a thread that cannot be read is one row with ``error``."""
-        from tulip_nb.lab.corpus_frames import FRAME_KINDS, frames_task, typed_frame
-
         if kind not in FRAME_KINDS:
             raise UserError(f"frame: kind must be one of {FRAME_KINDS}, got {kind!r}")
         if output not in ("pandas", "dask"):
@@ -399,8 +407,6 @@ class Corpus:
         """One live branch per thread x variant from ``at``: see
         :func:`tulip_nb.lab.corpus_sweep.asweep_corpus` (``budget=``: tokens or money for the whole
         sweep; ``resume=True``: a re-run finishes only what is missing)."""
-        from tulip_nb.lab.corpus_sweep import asweep_corpus
-
         result: pd.DataFrame = await asweep_corpus(
             self,
             variants,
@@ -445,8 +451,6 @@ class Corpus:
         return write_corpus_site(self, directory, max_chars=max_chars, plot=plot)
 
     def _repr_html_(self) -> str:
-        from tulip_nb.lab._common import esc
-
         head = ", ".join(esc(t) for t in self.thread_ids[:5]) + (" …" if len(self) > 5 else "")
         where = esc(self.source or type(self.checkpointer).__name__)
         return f"<b>Corpus</b> <code>{where}</code>: {len(self)} threads ({head})"
@@ -454,8 +458,6 @@ class Corpus:
 
 def _dask_frame(corpus: Corpus, payload: dict[str, Any], client: Any, chunk_size: int | None) -> Any:
     """A lazy dask DataFrame of the frame ``payload["kind"]``: one partition per chunk of threads."""
-    from tulip_nb.lab.corpus_frames import frame_partition, typed_frame
-    from tulip_nb.lab.executors import plan_chunks, worker_source
 
     if client is None or not is_dask_client(client):
         raise UserError("frame(output='dask') needs executor= a dask.distributed.Client")

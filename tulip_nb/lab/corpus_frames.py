@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.calls import answered_by
 from tulip_nb.lab._corpus_rows import end_chunk
+from tulip_nb.lab._stores import open_checkpointer
 from tulip_nb.lab.executors import error_row
-from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.thread import Thread, aopen_thread
 
 if TYPE_CHECKING:

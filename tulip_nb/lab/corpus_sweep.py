@@ -25,7 +25,7 @@ answer next to the recorded one, its iterations (the turn's model calls, as
 price is unknown), ``cached`` (nothing was sent for it this run), tool calls (of which answered from
 the record / run live; an idempotent tool's cache hit is neither), and whether the branch
 ``diverged`` from the recording: its messages after the point compared with the rest of the
-recorded turn by the lab's message identity (:func:`~tulip_nb.lab._common.message_key`, tool-call
+recorded turn by the lab's message identity (:func:`~tulip_nb.core.canonical.same_message`, tool-call
 ids left out: they are labels, a call's identity is its position). ``first_divergence`` is the
 recording's message index where they first differ (None: the same). A thread that cannot be read or
 has no such point, and a branch that fails, are rows with ``error``; the sweep goes on. Each branch
@@ -54,29 +54,21 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tulip_nb._deps import require
 from tulip_nb._sync import sync_twin
 from tulip_nb.agent import Agent
 from tulip_nb.agent.events import Hooks, ModelCall, ToolCalled
 from tulip_nb.core.calls import CallRef, execution_position, last_model_call, unanswered_calls
+from tulip_nb.core.canonical import same_message
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.lab._common import message_key
-from tulip_nb.lab._live import SweepBudget, Tally, branch_id, executions_after, finished, live_columns, saved_branch
-from tulip_nb.lab.branches import (
-    Variants,
-    _named_variants,
-    _point,
-    _sweep_messages,
-    _variant_agent,
-    branch_state,
-    save_branch,
-)
+from tulip_nb.lab._live import SweepBudget, Tally, branch_id, executions_after, live_columns
+from tulip_nb.lab._stores import open_checkpointer
+from tulip_nb.lab.branches import VariantBranch, Variants, _named_variants, _point, _variant_agent, sweep_variants
 from tulip_nb.lab.executors import amap_threads, is_dask_client, require_picklable
-from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.replay import RecordedResults
 from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.models.budget import Budget
@@ -86,9 +78,25 @@ from tulip_nb.tools import Tool
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tulip_nb.lab.corpus import Corpus
+    from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["COLUMNS", "At", "asweep_corpus", "sweep_chunk", "sweep_corpus"]
+__all__ = ["COLUMNS", "At", "CorpusLike", "asweep_corpus", "sweep_chunk", "sweep_corpus"]
+
+
+class CorpusLike(Protocol):
+    """What a corpus sweep reads of its corpus (a :class:`~tulip_nb.lab.Corpus` is one): the thread
+    ids, the open store, and the URL it was opened from (None: not from a URL; workers in other
+    processes need one)."""
+
+    @property
+    def thread_ids(self) -> list[str]: ...
+
+    @property
+    def checkpointer(self) -> BaseCheckpointer: ...
+
+    @property
+    def source(self) -> str | None: ...
+
 
 At = str | int | Callable[[Thread], int]
 """A branch point: ``"last_user"``, ``"first_user"``, a message index (negative from the end),
@@ -286,14 +294,6 @@ def _answering_tool(
     return Tool(answer, name=name, description=desc, parameters=params, idempotent=idempotent)
 
 
-def _identity(msg: Message) -> bytes:
-    """A message's identity for divergence: :func:`message_key` without tool-call ids."""
-    if msg.tool_calls or msg.tool_call_id:
-        calls = [c.model_copy(update={"id": ""}) for c in msg.tool_calls]
-        msg = msg.model_copy(update={"tool_calls": calls, "tool_call_id": None})
-    return message_key(msg)
-
-
 def _turn_end(messages: Sequence[Message], point: int) -> int:
     """End (exclusive) of the turn ``messages[point]`` is in: the next user message, or the end."""
     return next((i for i in range(point + 1, len(messages)) if messages[i].role == "user"), len(messages))
@@ -307,7 +307,7 @@ def _final_text(messages: Sequence[Message]) -> str | None:
 def _divergence(branch: Sequence[Message], recording: Sequence[Message], start: int) -> int | None:
     """The recording's index (``start`` + offset) where ``branch`` first differs from ``recording``."""
     for k, (a, b) in enumerate(zip(branch, recording, strict=False)):
-        if a is not b and _identity(a) != _identity(b):
+        if not same_message(a, b, ids=False):
             return start + k
     return None if len(branch) == len(recording) else start + min(len(branch), len(recording))
 
@@ -342,8 +342,8 @@ async def _run_branch(
 ) -> None:
     """Fork ``point`` for variant ``name``, run it to the end of the turn, fill ``row``."""
     thread = point.thread
-    msgs, shift = _sweep_messages(point.state, point.index, spec, f"thread {thread.thread_id!r}")
-    at = len(msgs) - 1 - shift  # the branch point in the recording's numbering (an edit may cut earlier)
+    vb = VariantBranch.make(point.state, point.index, spec, f"thread {thread.thread_id!r}")
+    at, msgs, shift = vb.at, vb.messages, vb.shift
     record = thread.final_messages
     segment = record[at + 1 : _turn_end(record, at)]
     row["recorded_answer"] = _final_text(segment)
@@ -354,30 +354,26 @@ async def _run_branch(
             "message, e.g. at='last_user')",
             thread_id=thread.thread_id,
         )
-    branch = branch_state(point.state, msgs, shift=shift)
     tid = branch_id(thread.thread_id, point.parent, at, name, spec, base, None) if plan.resume else None
-    saved = await saved_branch(thread.checkpointer, tid) if tid is not None else None
     live_only = set(spec.get("tool_override") or {})
-    tally: Tally | None = None
-    if saved is not None and finished(saved, len(msgs)):
-        row["branch_thread_id"] = tid
-        final = saved
+    tally = Tally()
+    counts = {"recorded": 0, "live": 0}
+
+    async def go(branch_tid: str) -> AgentState:
+        row["branch_thread_id"] = branch_tid
+        return await _run_live(point, variant, msgs, shift, live_only, branch_tid, tally, counts)
+
+    final = await vb.run(thread, go, parent=point.parent, index=at, name=name, tid=tid)
+    row["branch_thread_id"] = vb.thread_id
+    branch = vb.branch
+    if vb.reused:
         counts = _recorded_counts(branch, final, point.recorded, live_only, shift)
-    else:
-        if saved is not None and tid is not None:  # unfinished (a crash, a failure): run it again
-            await thread.checkpointer.delete(tid)
-        tid = await save_branch(
-            thread, branch, point.parent, new_thread_id=tid, index=at, source="sweep", extra={"variant": name}
-        )
-        row["branch_thread_id"] = tid
-        tally = Tally()
-        final, counts = await _run_live(point, variant, msgs, shift, live_only, tid, tally)
     after = final.messages[len(msgs) :]
     first = _divergence(after, segment, at + 1)
     row.update(
         final_answer=_final_text(after),
         iterations=final.iteration,
-        **live_columns(variant.model, branch, final, tally),
+        **live_columns(variant.model, branch, final, None if vb.reused else tally),
         tool_calls=len(executions_after(branch, final)),
         recorded_tool_answers=counts["recorded"],
         live_tool_calls=counts["live"],
@@ -387,11 +383,18 @@ async def _run_branch(
 
 
 async def _run_live(
-    point: _Point, variant: Agent, msgs: list[Message], shift: int, live_only: set[str], tid: str, tally: Tally
-) -> tuple[AgentState, dict[str, int]]:
-    """Run the saved branch ``tid`` to the end of its turn, tools answered from the record."""
+    point: _Point,
+    variant: Agent,
+    msgs: list[Message],
+    shift: int,
+    live_only: set[str],
+    tid: str,
+    tally: Tally,
+    counts: dict[str, int],
+) -> AgentState:
+    """Run the saved branch ``tid`` to the end of its turn, tools answered from the record (how
+    many from the record, how many live: ``counts``)."""
     positions = _Positions(msgs, shift)
-    counts = {"recorded": 0, "live": 0}
     real = variant.tools_by_name
     names = sorted(point.recorded.names | set(real))
     tools = [
@@ -407,7 +410,7 @@ async def _run_live(
         hooks=[positions, tally],
     )
     result = await agent.resume(thread_id=tid)
-    return result.state, counts
+    return result.state
 
 
 def _recorded_counts(
@@ -463,26 +466,18 @@ async def _sweep_chunk(cp: Any, thread_ids: Sequence[str], plan: _Plan) -> list[
     variants = {name: spend.hold(_variant_agent(base, spec, name, None)) for name, spec in specs.items()}
     gate = asyncio.Semaphore(plan.max_concurrency)
 
-    async def branch(point: _Point, name: str) -> dict[str, Any]:
-        row = _row(point.thread.thread_id, name)
-        async with gate:
-            if spend.stopped:
-                row["error"] = spend.not_run()
-                return row
-            try:
-                await _run_branch(point, name, specs[name], variants[name], row, plan, base)
-                spend.done += 1
-            except Exception as e:  # one failed branch must not sink the sweep
-                row["error"] = _error(e)
-        return row
-
     async def thread(tid: str) -> list[dict[str, Any]]:
+        """The one sweep (:func:`~tulip_nb.lab.branches.sweep_variants`) at this thread's point."""
         try:
             async with gate:
                 point = await _open_point(cp, tid, plan.at)
         except Exception as e:
             return [_row(tid, name, error=_error(e)) for name in specs]
-        return list(await asyncio.gather(*(branch(point, name) for name in specs)))
+
+        async def fill(name: str, row: dict[str, Any]) -> None:
+            await _run_branch(point, name, specs[name], variants[name], row, plan, base)
+
+        return await sweep_variants(list(specs), fill, lambda name: _row(tid, name), gate=gate, spend=spend)
 
     per_thread = await asyncio.gather(*(thread(tid) for tid in thread_ids))
     return [row for rows in per_thread for row in rows]
@@ -523,7 +518,7 @@ def _expand(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]
 
 
 async def asweep_corpus(
-    corpus: Corpus,
+    corpus: CorpusLike,
     variants: Variants,
     *,
     at: At = "last_user",

@@ -8,7 +8,7 @@ turns a fork copied pair by pair (its ``fork_message_index``), the rest **by tur
 inserted or removed in one branch is one ``added`` / ``removed`` block, not a shift of everything
 after it; inside two paired turns, message by message.
 
-"The same message" has one definition (:func:`~tulip_nb.lab._common.message_key`, ``ids=False``):
+"The same message" has one definition (:func:`~tulip_nb.core.canonical.message_key`, ``ids=False``):
 canonical JSON (keys sorted, integral floats as ints, ``{}`` and a missing default field alike),
 tool-call ids left out -- a call is its position (ARCHITECTURE decision 10), so a branch whose
 provider numbered its calls differently is not "changed". A copy in a store that reorders keys
@@ -41,16 +41,17 @@ from typing import TYPE_CHECKING, Any
 from tulip_nb._deps import require
 from tulip_nb._sync import sync_twin
 from tulip_nb.core.calls import CallRef, calls_before
+from tulip_nb.core.canonical import canonical_json, message_value
 from tulip_nb.core.messages import Message
 from tulip_nb.core.turns import turn_index, turn_starts
-from tulip_nb.lab._common import FORK_INDEX_KEY, call_text, canonical_json, esc, message_value, short
+from tulip_nb.lab._common import FORK_INDEX_KEY, call_text, esc, short
 from tulip_nb.lab._diff_align import Row, Side, align, lineage_turns, side
 from tulip_nb.lab.lineage import common_ancestor, origin
+from tulip_nb.lab.thread import Thread, aas_thread, aopen_thread
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tulip_nb.lab.thread import Thread
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 __all__ = ["Hunk", "MessageChange", "ThreadDiff", "adiff_threads", "diff_threads"]
@@ -506,8 +507,6 @@ async def adiff_threads(
     """Compare two threads (module docstring); ``a`` is the reference, ``b`` the other side (a
     :class:`Thread`, or a thread id of ``a``'s checkpointer). ``a`` may be a thread id too, with
     ``checkpointer=`` (a checkpointer or its URL): then both ids are opened there."""
-    from tulip_nb.lab.thread import Thread, aas_thread, aopen_thread
-
     a = await aas_thread(a, checkpointer, what="diff_threads")
     if not isinstance(b, Thread):  # a thread id: opened in a's checkpointer (which checks it)
         b = await aopen_thread(a.checkpointer, b, counter=a.counter)

@@ -62,7 +62,7 @@ from typing import Any
 
 from tulip_nb._sync import run_sync, sync_twin
 from tulip_nb.core.errors import UserError
-from tulip_nb.lab.export import open_checkpointer
+from tulip_nb.lab._stores import open_checkpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 __all__ = [

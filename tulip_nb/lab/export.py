@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -50,17 +49,18 @@ import orjson
 from tulip_nb._deps import require
 from tulip_nb._sync import sync_twin
 from tulip_nb.core import iso_offset
+from tulip_nb.core.canonical import canonical_json_of
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.state import state_json_bytes
-from tulip_nb.lab._common import canonical_json
 from tulip_nb.lab._export_cost import CostModel, dest_layout
 from tulip_nb.lab._ids import IdMap, add_principal, strip_principal
+from tulip_nb.lab._stores import open_checkpointer
+from tulip_nb.lab.thread import Thread
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tulip_nb.lab.thread import Thread
 
 __all__ = ["REPORT_COLUMNS", "aexport_threads", "export_threads", "open_checkpointer"]
 
@@ -74,21 +74,6 @@ REPORT_COLUMNS = (
     "verified", "error",
 )  # fmt: skip
 _GLOB = set("*?[")
-
-
-def open_checkpointer(where: BaseCheckpointer | str) -> tuple[BaseCheckpointer, bool]:
-    """``(checkpointer, opened_here)`` for a checkpointer or a URL (those opened here get closed)."""
-    if isinstance(where, BaseCheckpointer):
-        return where, False
-    if not isinstance(where, str):
-        raise UserError(f"expected a checkpointer or a URL, got {type(where).__name__}")
-    if where.startswith(("tulip-pg://", "postgresql+tulip://")):
-        from tulip_nb.memory.backends.tulip_pg import tulip_pg_from_url
-
-        return tulip_pg_from_url(where), True
-    from tulip_nb.memory.urls import checkpointer_from_url
-
-    return checkpointer_from_url(where), True
 
 
 @dataclass
@@ -126,14 +111,9 @@ class _Plan:
 
 
 def _canonical_state(ckpt: Checkpoint) -> bytes:
-    """The state's canonical JSON (keys sorted, numbers as parsed values): what verification and
-    the checksum compare, so a store that reorders keys (PostgreSQL ``jsonb``) verifies."""
-    raw = state_json_bytes(ckpt.state)
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:  # an int beyond 64 bits
-        value = json.loads(raw)
-    return canonical_json(value)
+    """The state's canonical JSON (:mod:`tulip_nb.core.canonical`): what verification and the
+    checksum compare, so a store that reorders keys (PostgreSQL ``jsonb``) verifies."""
+    return canonical_json_of(state_json_bytes(ckpt.state))
 
 
 def _same_info(a: CheckpointInfo, b: CheckpointInfo) -> bool:
@@ -156,7 +136,6 @@ def _resolve_map(map_ids: IdMap | str | None, principal: str | None) -> IdMap:
 
 def _thread_ids(threads: Threads) -> list[str]:
     """Ids of a thread id, a :class:`~tulip_nb.lab.Thread`, or a list of either."""
-    from tulip_nb.lab.thread import Thread
 
     items: list[str | Thread] = [threads] if isinstance(threads, str | Thread) else list(threads or ())
     return [t.thread_id if isinstance(t, Thread) else t for t in items]

@@ -1,7 +1,7 @@
 """Cell-by-cell replay of a saved thread, turn by turn, and going live from any step as a new branch.
 
 :class:`Replay` runs the agent loop again over a recorded thread, one step per :meth:`Replay.step`:
-the user prompts come from the record, the model's answers are served by a :class:`ReplayModel`
+the user prompts come from the record, the model's answers are served by a :class:`~tulip_nb.models.ReplayModel`
 (the recorded assistant messages — no model is ever called for a recorded step), and tools run for
 real (``tools="real"``, the agent's) or answer with the recorded results (``tools="recorded"``, and
 always without an agent). A recorded tool answers each call with the result recorded **at that
@@ -84,7 +84,6 @@ have said), a turn that is over is followed by the next recorded prompt (or ``pr
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -94,12 +93,12 @@ from tulip_nb.agent import Agent
 from tulip_nb.agent.result import AgentResult, Step
 from tulip_nb.agent.turns import RUN_KEY, TurnRunner, snapshot, start_turn
 from tulip_nb.core.calls import CallRef, last_model_call, model_calls, unanswered_calls
+from tulip_nb.core.canonical import same_message
 from tulip_nb.core.errors import TulipNBError, UserError
 from tulip_nb.core.keys import REPLAY_STEP_KEY
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import FAILED_OUTCOMES, Turn, outcome_for, split_turns, turn_index
-from tulip_nb.lab._common import Edit, apply_edit, call_text, message_key
+from tulip_nb.lab._common import Edit, apply_edit, call_text
 from tulip_nb.lab._recorded_results import (
     OUTCOME_UNKNOWN_PREFIX,
     UNKNOWN_QUESTION,
@@ -110,30 +109,17 @@ from tulip_nb.lab.branches import branch_state, save_branch
 from tulip_nb.lab.thread import Thread, ThreadLike, as_thread
 from tulip_nb.memory.conversation import STATE_KEY, ConversationManager, NullManager
 from tulip_nb.models.base import Usage
-from tulip_nb.models.replay import ReplayedFailure
-from tulip_nb.models.replay import ReplayModel as _BaseReplayModel
+from tulip_nb.models.replay import ReplayedFailure, ReplayModel
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["UNKNOWN_QUESTION", "LiveBranch", "RecordedResults", "Replay", "ReplayModel", "ReplayStep"]
+__all__ = ["UNKNOWN_QUESTION", "LiveBranch", "RecordedResults", "Replay", "ReplayStep"]
 
 RAISED: Final[tuple[str, ...]] = ("error", "context_exceeded")
 """Outcomes the record reached by raising: replayed with one failure step after the turn's calls."""
-
-
-class ReplayModel(_BaseReplayModel):
-    """Serves the assistant messages recorded in a thread, in order or turn by turn (lab twin of
-    :class:`tulip_nb.models.ReplayModel` that also takes a :class:`Thread`)."""
-
-    def __init__(
-        self, recording: Thread | AgentState | Sequence[Message], *, strict: bool = False, name: str = "replay"
-    ) -> None:
-        if isinstance(recording, Thread):
-            recording = recording.final_messages
-        super().__init__(recording, strict=strict, name=name)
 
 
 @dataclass(frozen=True)
@@ -492,9 +478,7 @@ class Replay:
             bound = self.record_turns[k].last if k is not None else len(self._origin.messages) - 1
             want = self.record[i] if i <= bound else None
             got = msgs[j]
-            if want is not None and (
-                got is want or got.json_bytes() == want.json_bytes() or message_key(got) == message_key(want)
-            ):
+            if want is not None and same_message(got, want):
                 continue
             kind = "extra message"
             if want is not None and got.role == want.role == "tool":

@@ -62,6 +62,7 @@ from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import split_turns
 from tulip_nb.lab._recorded import RecordedSummaries, check_choice, recorded_config, recorded_tools, summarizer_of
 from tulip_nb.lab._window import Window, over_window, saved_window, window_for
+from tulip_nb.lab.thread import Thread, aas_thread
 from tulip_nb.memory.conversation import (
     EVENTS_KEY,
     ConversationManager,
@@ -78,7 +79,6 @@ from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tulip_nb.lab.thread import Thread
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 __all__ = [
@@ -586,8 +586,6 @@ async def asimulate_compaction(
     pd = require("pandas")
 
     if isinstance(thread, str):  # a thread id, opened in ``checkpointer`` (a str is a Sequence too)
-        from tulip_nb.lab.thread import aas_thread
-
         thread = await aas_thread(thread, checkpointer, what="simulate_compaction")
     msgs = _messages_of(thread)
     state = _state_of(thread)

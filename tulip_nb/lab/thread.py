@@ -41,16 +41,17 @@ from typing import TYPE_CHECKING, Any
 from tulip_nb._deps import require
 from tulip_nb._sync import run_sync, sync_twin
 from tulip_nb.core.calls import model_call_count, model_calls
+from tulip_nb.core.canonical import same_message
 from tulip_nb.core.errors import CheckpointNotFound, UserError
 from tulip_nb.core.keys import ITERATION_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import OUTCOMES, Turn, split_turns, turn_index, turn_starts
-from tulip_nb.lab._common import call_text, esc, message_key, short
+from tulip_nb.lab._common import call_text, esc, short
 from tulip_nb.lab._headers import PrefixIndex, marked_count
 from tulip_nb.lab._recorded import recorded_tools
+from tulip_nb.lab._stores import open_checkpointer
 from tulip_nb.lab._window import over_window, saved_window, window_for
-from tulip_nb.lab.export import open_checkpointer
 from tulip_nb.lab.lineage import lineage_rows
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
 from tulip_nb.memory.conversation import TulipView, compaction_events, model_view, model_views, saved_token_counts
@@ -252,7 +253,11 @@ class Thread:
             msgs = ck.state.messages if ck is not None else None
             final = self.final_messages
             n = len(msgs) if msgs is not None else -1
-            same = msgs is not None and n <= len(final) and all(_same(a, b) for a, b in zip(msgs, final, strict=False))
+            same = (
+                msgs is not None
+                and n <= len(final)
+                and all(same_message(a, b) for a, b in zip(msgs, final, strict=False))
+            )
             out[cid] = n if same else None
         return out
 
@@ -261,7 +266,7 @@ class Thread:
         branch cut there), from the headers; None when no checkpoint is."""
         final = self.final_messages
         k = 0
-        while k < min(len(messages), len(final)) and _same(messages[k], final[k]):
+        while k < min(len(messages), len(final)) and same_message(messages[k], final[k]):
             k += 1
         oldest_first = list(reversed(self.infos))
         lens = await self._aprefix_lens(oldest_first)
@@ -271,11 +276,6 @@ class Thread:
             if n is not None and n <= k:
                 best = info
         return best
-
-    def prefix_checkpoint(self, messages: list[Message]) -> Checkpoint | None:
-        """Sync :meth:`aprefix_checkpoint`, loaded."""
-        info = run_sync(self.aprefix_checkpoint(messages))
-        return None if info is None else self.checkpoint(info.checkpoint_id)
 
     # -- frames ---------------------------------------------------------------------------------
     def _counts(self) -> list[int]:
@@ -548,10 +548,6 @@ def as_thread(
     if isinstance(thread, Thread):
         return run_sync(aas_thread(thread, checkpointer, what=what)) if checkpointer is not None else thread
     return run_sync(aas_thread(thread, checkpointer, counter=counter, what=what))
-
-
-def _same(a: Message, b: Message) -> bool:
-    return a is b or a.json_bytes() == b.json_bytes() or message_key(a) == message_key(b)
 
 
 async def aopen_thread(

@@ -28,7 +28,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from tulip_nb.core.calls import last_model_call, model_calls, pair_block
 from tulip_nb.core.messages import Message
@@ -36,7 +36,19 @@ from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import Turn
 from tulip_nb.models.base import ModelError, ModelResponse, Usage
 
-__all__ = ["Divergence", "ReplayDiverged", "ReplayModel", "ReplayedFailure"]
+__all__ = ["Divergence", "Recording", "ReplayDiverged", "ReplayModel", "ReplayedFailure"]
+
+
+class _HasFinalMessages(Protocol):
+    """A handle on a saved thread (:class:`tulip_nb.lab.Thread`): its latest messages."""
+
+    @property
+    def final_messages(self) -> list[Message]: ...
+
+
+Recording = AgentState | Sequence[Message] | _HasFinalMessages
+"""What a :class:`ReplayModel` serves: a saved state, its messages, or a thread handle
+(anything with ``final_messages``, as :class:`tulip_nb.lab.Thread` has)."""
 
 
 @dataclass(frozen=True)
@@ -102,10 +114,13 @@ def _tail(messages: Sequence[Message], end: int | None = None) -> list[Message]:
     return [m for m in messages[:stop] if m.role != "system"]
 
 
-def _keys(messages: Sequence[Message], end: int | None = None) -> list[tuple[Any, ...]]:
+def _model_input(messages: Sequence[Message], end: int | None = None) -> list[tuple[Any, ...]]:
     """What is compared of the new input: role and content of each message, and for a tool result
     the index of the call it answers, by position (:mod:`tulip_nb.core.calls`) — not its id, which
-    a provider may reuse or leave empty."""
+    a provider may reuse or leave empty. This is not "the same message"
+    (:func:`tulip_nb.core.canonical.same_message`, what a :class:`~tulip_nb.lab.Replay` compares its
+    new messages with): it is what the recorded model was asked, so a message's ``metadata`` and
+    ``name`` (the agent's bookkeeping, which a replay writes its own way) do not count."""
     stop = len(messages) if end is None else end
     i = last_model_call(messages, stop)
     if i is None:
@@ -124,13 +139,17 @@ def _keys(messages: Sequence[Message], end: int | None = None) -> list[tuple[Any
 
 class ReplayModel:
     """Answers with a recorded thread's assistant messages, in order or turn by turn (see the
-    module docstring). ``calls`` counts the answers served, ``last_served`` is the record's index
-    of the last one (None before the first)."""
+    module docstring). ``recording``: a saved :class:`AgentState`, its messages, or a lab
+    :class:`~tulip_nb.lab.Thread` (its final messages). ``calls`` counts the answers served,
+    ``last_served`` is the record's index of the last one (None before the first)."""
 
-    def __init__(
-        self, recording: AgentState | Sequence[Message], *, strict: bool = False, name: str = "replay"
-    ) -> None:
-        messages = list(recording.messages if isinstance(recording, AgentState) else recording)
+    def __init__(self, recording: Recording, *, strict: bool = False, name: str = "replay") -> None:
+        if isinstance(recording, AgentState):
+            messages = list(recording.messages)
+        elif isinstance(recording, Sequence):
+            messages = list(recording)
+        else:
+            messages = list(recording.final_messages)
         self.name = name
         self.strict = strict
         self._messages = messages
@@ -176,7 +195,7 @@ class ReplayModel:
         self.calls += 1
         at, answer = self._answers[index]
         self.last_served = at
-        if _keys(self._messages, at) != _keys(messages):
+        if _model_input(self._messages, at) != _model_input(messages):
             div = Divergence(index, _tail(self._messages, at), _tail(messages))
             self.divergences.append(div)
             if self.strict:

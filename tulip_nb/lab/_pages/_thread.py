@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from tulip_nb.lab._common import call_text, canonical_json, short
+from tulip_nb.core.canonical import canonical_json
+from tulip_nb.lab._common import call_text, short
 from tulip_nb.lab._pages._document import page
 from tulip_nb.lab._pages._figure import svg_img
 from tulip_nb.lab._pages._text import clip, clipped_pre, esc, plain

@@ -108,7 +108,6 @@ class StepperController:
         self._started = False
         self._turn_done = False
         self._pending_edit: tuple[str, str] | None = None
-        self._base_messages = 0
         self._counters: dict[str, int] = {}
         self._start_checkpoint: str | None = None
 

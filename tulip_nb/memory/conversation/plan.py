@@ -87,7 +87,12 @@ def to_ranges(indices: Iterable[int]) -> Ranges:
 
 
 def fingerprint(messages: Sequence[Message], n: int) -> int:
-    """A stable check that ``messages`` still has the history a plan of length ``n`` was made on."""
+    """A stable check that ``messages`` still has the history a plan of length ``n`` was made on.
+
+    A cache check, not an equality of messages (that is :mod:`tulip_nb.core.canonical`): the crc32
+    of the last planned message's bytes as written. Plans are saved with the thread carrying it, so
+    its value must not change; a copy whose store respelled that message only costs a re-plan.
+    """
     return zlib.crc32(messages[n - 1].json_bytes()) if n > 0 else 0
 
 
