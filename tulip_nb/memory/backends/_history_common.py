@@ -19,13 +19,21 @@ survivors, in one transaction) and the adoption of a loaded history by the chain
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from tulip_nb.core.state import AgentState, MessageBlobCache
-from tulip_nb.memory.backends._base import newest_first, prepare_save_after
-from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
+from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first, prepare_save_after
+from tulip_nb.memory.checkpointer import (
+    Capabilities,
+    Checkpoint,
+    CheckpointInfo,
+    new_checkpoint_id,
+    validate_checkpoint_id,
+    validate_thread_id,
+)
 from tulip_nb.memory.history import (
     ChainCache,
     MessageChain,
@@ -38,10 +46,11 @@ from tulip_nb.memory.history import (
     state_rest,
 )
 from tulip_nb.memory.rest_delta import Parts
-from tulip_nb.memory.retention import relink
+from tulip_nb.memory.retention import plan_prune, relink
 
 __all__ = [
     "Choose",
+    "HistoryCheckpointer",
     "copied_metadata",
     "loaded",
     "newest",
@@ -143,3 +152,136 @@ def loaded(chains: ChainCache, stored: StoredCheckpoint | None) -> Checkpoint | 
     ckpt = stored.checkpoint
     chains.remember(ckpt.thread_id, ckpt.state.messages, stored.ids)
     return ckpt
+
+
+class HistoryCheckpointer(InTreeCheckpointer):
+    """Base of the checkpointers on the history model: the store's primitives in, the contract out.
+
+    A history store (memory, file, SQL, Redis, S3) keeps rows on shared message entries
+    (:mod:`tulip_nb.memory.history`); its checkpointer implements the primitives of
+    :class:`~._base.InTreeCheckpointer` (``save``, ``put_checkpoint``, ``load_checkpoint``,
+    ``list_checkpoint_infos``, the scan) and two more, each one transaction of the store:
+
+    ======================  =====================================================================
+    primitive               derived from it
+    ======================  =====================================================================
+    :meth:`_rewrite`        ``prune``, ``vacuum``, the base class's drop
+    :meth:`_delete_rows`    ``delete`` (a thread, or one checkpoint), the delete of several
+    ======================  =====================================================================
+
+    and it gets the pieces every save shares: the chain cache and blob cache (``_chains``,
+    ``_blobs``), :meth:`_begin_save` (the argument checks, the checkpoint id, the message chain)
+    and :meth:`_save_plan` (the compare-and-swap and signed save metadata, run inside the store's
+    transaction).
+
+    **The vacuum contract** (every checkpointer of the package keeps it; the conformance suite
+    checks it): ``vacuum(older_than_days)`` drops, in every thread, each checkpoint created more
+    than ``older_than_days`` days ago (tulip's own checkpoints of a thread included), and returns
+    how many checkpoints it dropped. It is a prune by age: each thread's drop is one transaction
+    that re-links the survivors first (:func:`~tulip_nb.memory.retention.relink`), so a thread
+    left with checkpoints still verifies (:func:`~tulip_nb.memory.integrity.verify_thread`), and
+    a thread left with none is gone (``load`` returns None).
+    """
+
+    persistent_checkpoint_ids: ClassVar[bool] = True
+    """Whether checkpoint ids outlive the process (every store but the in-memory one)."""
+
+    sign: bool
+    _chains: ChainCache
+    _blobs: MessageBlobCache
+
+    def _start(self, *, sign: bool) -> None:
+        """Set up what every history checkpointer holds (call it from ``__init__``)."""
+        self.sign = sign
+        self._chains = ChainCache()
+        self._blobs = MessageBlobCache()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            search=True,
+            metadata_query=True,
+            vacuum=True,
+            branching=True,
+            list_threads=True,
+            list_with_metadata=True,
+            persistent_checkpoint_ids=self.persistent_checkpoint_ids,
+        )
+
+    # -- saves --------------------------------------------------------------------------------
+    def _check_id(self, checkpoint_id: str, thread_id: str) -> None:
+        """Refuse a checkpoint id the store cannot hold, before anything is written (a hook)."""
+
+    def _begin_save(self, state: AgentState, thread_id: str, checkpoint_id: str | None) -> tuple[str, MessageChain]:
+        """A save's checks, its checkpoint id (the given one, or a new one) and its message chain."""
+        if not isinstance(state, AgentState):
+            raise TypeError(f"save(state, thread_id) takes an AgentState, got {type(state).__name__}")
+        validate_thread_id(thread_id)
+        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
+        self._check_id(cid, thread_id)
+        return cid, self._chains.chain(thread_id, state.messages)
+
+    def _save_plan(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        state: AgentState,
+        metadata: dict[str, Any] | None,
+        expected_parent: str | None,
+        chain: MessageChain,
+        after: CheckpointInfo | None = None,
+    ) -> SavePlanFn:
+        """:func:`save_plan` with this checkpointer's blob cache and signing."""
+        rest = state_rest(state)
+        return save_plan(
+            thread_id,
+            checkpoint_id,
+            state,
+            metadata,
+            expected_parent,
+            chain,
+            rest,
+            blobs=self._blobs,
+            sign=self.sign,
+            after=after,
+        )
+
+    def _loaded(self, stored: StoredCheckpoint | None) -> Checkpoint | None:
+        return loaded(self._chains, stored)
+
+    # -- primitives ---------------------------------------------------------------------------
+    @abstractmethod
+    async def _rewrite(self, thread_id: str, choose: Choose) -> int:
+        """Drop ``choose(infos)`` of the thread (its rows and tulip's own checkpoints), re-linking
+        the survivors, in one transaction; how many checkpoints went."""
+
+    @abstractmethod
+    async def _delete_rows(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
+        """Delete the thread (``None``) or some of its checkpoints, with tulip's; how many went."""
+
+    # -- derived ------------------------------------------------------------------------------
+    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
+        validate_thread_id(thread_id)
+        if checkpoint_id is None:
+            gone = await self._delete_rows(thread_id, None)
+            self._chains.forget(thread_id)
+            return gone > 0
+        return await self._delete_rows(thread_id, {validate_checkpoint_id(checkpoint_id, thread_id)}) > 0
+
+    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
+        return await self._delete_rows(thread_id, set(checkpoint_ids))
+
+    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
+        validate_thread_id(thread_id)
+        return await self._rewrite(thread_id, lambda infos: plan_prune(infos, keep_last, keep_turn_ends))
+
+    async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
+        return await self._rewrite(thread_id, lambda _infos: set(dropped)) if dropped else 0
+
+    async def vacuum(self, older_than_days: float = 30) -> int:
+        """Drop every checkpoint older than ``older_than_days`` days (the class docstring's contract)."""
+        choose = older_than(older_than_days)
+        gone = 0
+        for thread_id in sorted(await self._thread_ids()):
+            gone += await self._rewrite(thread_id, choose)
+        return gone

@@ -28,32 +28,28 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId, UserError
-from tulip_nb.core.state import AgentState, MessageBlobCache
+from tulip_nb.core.state import AgentState
 from tulip_nb.memory._envelope import encode_envelope_parts, matches_pattern
-from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first
+from tulip_nb.memory.backends._base import newest_first
 from tulip_nb.memory.backends._history_common import (
+    Choose,
+    HistoryCheckpointer,
     copied_metadata,
-    loaded,
     newest,
-    older_than,
     put_write,
     rewrite_plan,
-    save_plan,
 )
 from tulip_nb.memory.backends._history_dir import EnvelopeDir, Head, is_turn_end, safe_name
 from tulip_nb.memory.backends._sqlite_history import DB_NAME, SQLiteHistory
 from tulip_nb.memory.checkpointer import (
-    Capabilities,
     Checkpoint,
     CheckpointInfo,
     ThreadSpan,
-    new_checkpoint_id,
     validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
-from tulip_nb.memory.history import PROJECTION_KEY, ChainCache, StoredCheckpoint, state_rest
-from tulip_nb.memory.retention import plan_prune
+from tulip_nb.memory.history import PROJECTION_KEY, StoredCheckpoint
 
 __all__ = ["FileCheckpointer", "HistoryFileCheckpointer"]
 
@@ -75,7 +71,7 @@ def _name(checkpoint_id: str) -> str:
     return safe_name(checkpoint_id) + ".json"
 
 
-class FileCheckpointer(InTreeCheckpointer):
+class FileCheckpointer(HistoryCheckpointer):
     """Threads in ``base_dir``: history in SQLite, tulip's envelope per thread (module docstring).
 
     ``layout="tulip"`` projects every checkpoint as tulip writes it, not only the latest turn end;
@@ -118,29 +114,15 @@ class FileCheckpointer(InTreeCheckpointer):
         """Project every checkpoint (``layout="tulip"``), not only the latest turn end."""
         self._base = self.base_dir.resolve()  # a symlinked base_dir is followed once, here
         self.fsync = fsync
-        self.sign = sign
         self.store = SQLiteHistory(self._base, fsync=fsync)
         self._dirs = EnvelopeDir()
-        self._chains = ChainCache()
-        self._blobs = MessageBlobCache()
+        self._start(sign=sign)
         self._repaired: set[str] = set()
         self.allow_legacy = False
         """``tulip-nb convert`` sets it: read past thread directories the delta layout wrote."""
 
     def __repr__(self) -> str:
         return f"FileCheckpointer(base_dir={str(self.base_dir)!r}, layout={self.layout!r})"
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            search=True,
-            metadata_query=True,
-            vacuum=True,
-            branching=True,
-            list_threads=True,
-            list_with_metadata=True,
-            persistent_checkpoint_ids=True,
-        )
 
     # -- paths --------------------------------------------------------------------------------
     def thread_dir(self, thread_id: str) -> Path:
@@ -322,28 +304,14 @@ class FileCheckpointer(InTreeCheckpointer):
         metadata: dict[str, Any] | None,
         expected_parent: str | None,
     ) -> str:
-        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
+        cid, chain = self._begin_save(state, thread_id, checkpoint_id)
         directory = self.thread_dir(thread_id)
         self._repair(thread_id, directory)
         if checkpoint_id:
             self._refuse_shared_name(thread_id, directory, cid)
         foreign = self._foreign(thread_id, directory)
         tulip_latest = max(foreign.values(), key=lambda i: (i.created_at, i.checkpoint_id), default=None)
-        chain = self._chains.chain(thread_id, state.messages)
-        rest = state_rest(state)
-
-        plan = save_plan(
-            thread_id,
-            cid,
-            state,
-            metadata,
-            expected_parent,
-            chain,
-            rest,
-            blobs=self._blobs,
-            sign=self.sign,
-            after=tulip_latest,
-        )
+        plan = self._save_plan(thread_id, cid, state, metadata, expected_parent, chain, tulip_latest)
         _, write = self.store.save_sync(thread_id, plan)
         self._chains.stored(thread_id, chain)
         if self.every or is_turn_end(write.metadata):
@@ -397,9 +365,6 @@ class FileCheckpointer(InTreeCheckpointer):
             else:
                 out.append(got)
         return out
-
-    def _loaded(self, stored: StoredCheckpoint | None) -> Checkpoint | None:
-        return loaded(self._chains, stored)
 
     def _load_envelope(self, thread_id: str, directory: Path, checkpoint_id: str) -> Checkpoint:
         """A checkpoint tulip wrote (an envelope without the projection mark)."""
@@ -529,10 +494,6 @@ class FileCheckpointer(InTreeCheckpointer):
         self._project(thread_id, directory, force=bool(gone))
         return gone
 
-    def _vacuum_sync(self, older_than_days: float) -> int:
-        choose = older_than(older_than_days)
-        return sum(self._rewrite_sync(thread_id, choose) for thread_id in sorted(self._all_infos_sync()))
-
     # -- checks -------------------------------------------------------------------------------
     def check_mirror(self, thread_id: str) -> list[str]:
         """Problems with the thread's tulip envelopes (none: tulip reads what it is shown right).
@@ -606,12 +567,8 @@ class FileCheckpointer(InTreeCheckpointer):
     ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
         return await self.store._run(self._load_many_sync, thread_id, list(checkpoint_ids))
 
-    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        ids = None if checkpoint_id is None else {validate_checkpoint_id(checkpoint_id, thread_id)}
-        return bool(await self.store._run(self._delete_sync, thread_id, ids))
-
-    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
-        return await self.store._run(self._delete_sync, thread_id, set(checkpoint_ids))
+    async def _delete_rows(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
+        return await self.store._run(self._delete_sync, thread_id, checkpoint_ids)
 
     async def thread_span(self, thread_id: str) -> ThreadSpan | None:
         return await self.store._run(self._span_sync, thread_id)
@@ -625,14 +582,8 @@ class FileCheckpointer(InTreeCheckpointer):
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         return await self.store._run(self._copy_sync, source_thread_id, dest_thread_id)
 
-    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
-        validate_thread_id(thread_id)
-        return await self.store._run(
-            self._rewrite_sync, thread_id, lambda infos: plan_prune(infos, keep_last, keep_turn_ends)
-        )
-
-    async def vacuum(self, older_than_days: float = 30) -> int:
-        return await self.store._run(self._vacuum_sync, older_than_days)
+    async def _rewrite(self, thread_id: str, choose: Choose) -> int:
+        return await self.store._run(self._rewrite_sync, thread_id, choose)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.store.close_sync)

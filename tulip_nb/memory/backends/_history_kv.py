@@ -24,16 +24,15 @@ from typing import Any, Literal
 
 from tulip_nb.core import parse_datetime
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, UserError
-from tulip_nb.core.state import AgentState, MessageBlobCache, message_digest, state_json_parts
-from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first
+from tulip_nb.core.state import AgentState, message_digest, state_json_parts
+from tulip_nb.memory.backends._base import newest_first
 from tulip_nb.memory.backends._history_common import (
+    Choose,
+    HistoryCheckpointer,
     copied_metadata,
-    loaded,
     newest,
-    older_than,
     put_write,
     rewrite_plan,
-    save_plan,
 )
 from tulip_nb.memory.backends._history_dir import is_turn_end
 from tulip_nb.memory.backends._kv import (
@@ -51,16 +50,13 @@ from tulip_nb.memory.backends._kv_projection import mark_record, projection_ops,
 from tulip_nb.memory.backends._sql_history import Conn, SQLHistory
 from tulip_nb.memory.backends._sql_server import ServerDialect
 from tulip_nb.memory.checkpointer import (
-    Capabilities,
     Checkpoint,
     CheckpointInfo,
-    new_checkpoint_id,
     validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
-from tulip_nb.memory.history import ChainCache, StoredCheckpoint, state_rest
-from tulip_nb.memory.retention import plan_prune
+from tulip_nb.memory.history import StoredCheckpoint
 
 __all__ = ["SQLHistoryCheckpointer"]
 
@@ -77,7 +73,7 @@ def _entry(i: CheckpointInfo) -> IndexEntry:
     return IndexEntry(i.checkpoint_id, i.created_at, dict(i.metadata))
 
 
-class SQLHistoryCheckpointer(InTreeCheckpointer):
+class SQLHistoryCheckpointer(HistoryCheckpointer):
     """Threads in a SQL database: the history in side tables, tulip's keys as its projection.
 
     Made by :func:`~tulip_nb.memory.backends.postgresql_checkpointer` and
@@ -94,31 +90,17 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
             raise UserError(f"layout must be 'history' or 'tulip', got {layout!r}")
         self.layout = layout
         self.every = layout == "tulip"
-        self.sign = sign
         self.dialect = dialect
         self.backend = backend
         """The storage backend of tulip's table (raw keys: ``list_threads``, ``load``, ``vacuum`` of
         rows), sharing nothing with the history but the table; None when not given."""
         self.store = SQLHistory(dialect)
-        self._chains = ChainCache()
-        self._blobs = MessageBlobCache()
+        self._start(sign=sign)
         self._own: set[tuple[str, str]] = set()
         """(thread, checkpoint id) of records known to be tulip's own (see :meth:`_tulip`)."""
 
     def __repr__(self) -> str:
         return f"SQLHistoryCheckpointer({self.dialect.where!r}, layout={self.layout!r})"
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            search=True,
-            metadata_query=True,
-            vacuum=True,
-            branching=True,
-            list_threads=True,
-            list_with_metadata=True,
-            persistent_checkpoint_ids=True,
-        )
 
     # -- tulip's keys, inside a transaction ---------------------------------------------------
     def _index(self, conn: Conn, thread_id: str) -> list[IndexEntry]:
@@ -247,28 +229,13 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
         metadata: dict[str, Any] | None,
         expected_parent: str | None,
     ) -> str:
-        validate_thread_id(thread_id)
-        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
-        check_checkpoint_id(cid, thread_id)
-        chain = self._chains.chain(thread_id, state.messages)
-        rest = state_rest(state)
+        cid, chain = self._begin_save(state, thread_id, checkpoint_id)
 
         def txn(conn: Conn) -> None:
             current = self._index(conn, thread_id)
             tulip = self._tulip(conn, thread_id, current)
             after = _info(tulip[0], thread_id) if tulip else None
-            plan = save_plan(
-                thread_id,
-                cid,
-                state,
-                metadata,
-                expected_parent,
-                chain,
-                rest,
-                blobs=self._blobs,
-                sign=self.sign,
-                after=after,
-            )
+            plan = self._save_plan(thread_id, cid, state, metadata, expected_parent, chain, after)
             write = plan(self.store.latest_in(conn, thread_id))
             self.store.insert_in(conn, thread_id, write)
             if self.every or is_turn_end(write.metadata):
@@ -278,8 +245,11 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
         self._chains.stored(thread_id, chain)
         return cid
 
+    def _check_id(self, checkpoint_id: str, thread_id: str) -> None:
+        check_checkpoint_id(checkpoint_id, thread_id)
+
     def _put_sync(self, ckpt: Checkpoint) -> None:
-        check_checkpoint_id(ckpt.checkpoint_id, ckpt.thread_id)
+        self._check_id(ckpt.checkpoint_id, ckpt.thread_id)
         write = put_write(ckpt, self._chains)
 
         def txn(conn: Conn) -> None:
@@ -318,7 +288,7 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
         got = self.store.read_sync(txn)
         if isinstance(got, Checkpoint):
             return got
-        return loaded(self._chains, got)
+        return self._loaded(got)
 
     def _load_many_sync(
         self, thread_id: str, checkpoint_ids: list[str]
@@ -457,10 +427,6 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
 
         return self.store.write_sync(txn)
 
-    def _vacuum_sync(self, older_than_days: float) -> int:
-        choose = older_than(older_than_days)
-        return sum(self._rewrite_sync(thread_id, choose) for thread_id in sorted(self._all_infos_sync()))
-
     # -- async contract -----------------------------------------------------------------------
     async def save(
         self,
@@ -471,8 +437,6 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
         *,
         expected_parent: str | None = None,
     ) -> str:
-        if not isinstance(state, AgentState):
-            raise TypeError(f"save(state, thread_id) takes an AgentState, got {type(state).__name__}")
         return await self.store._run(self._save_sync, state, thread_id, checkpoint_id, metadata, expected_parent)
 
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -489,12 +453,8 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
     ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
         return await self.store._run(self._load_many_sync, thread_id, list(checkpoint_ids))
 
-    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        ids = None if checkpoint_id is None else {validate_checkpoint_id(checkpoint_id, thread_id)}
-        return bool(await self.store._run(self._delete_sync, thread_id, ids))
-
-    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
-        return await self.store._run(self._delete_sync, thread_id, set(checkpoint_ids))
+    async def _delete_rows(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
+        return await self.store._run(self._delete_sync, thread_id, checkpoint_ids)
 
     async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
         return await self.store._run(self._all_infos_sync)
@@ -505,17 +465,8 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         return await self.store._run(self._copy_sync, source_thread_id, dest_thread_id)
 
-    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
-        validate_thread_id(thread_id)
-        return await self.store._run(
-            self._rewrite_sync, thread_id, lambda infos: plan_prune(infos, keep_last, keep_turn_ends)
-        )
-
-    async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
-        return await self.store._run(self._rewrite_sync, thread_id, lambda _infos: set(dropped)) if dropped else 0
-
-    async def vacuum(self, older_than_days: float = 30) -> int:
-        return await self.store._run(self._vacuum_sync, older_than_days)
+    async def _rewrite(self, thread_id: str, choose: Choose) -> int:
+        return await self.store._run(self._rewrite_sync, thread_id, choose)
 
     async def close(self) -> None:
         self.store.close_sync()
