@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -51,6 +52,7 @@ from tulip_nb.memory.retention import plan_prune, relink
 __all__ = [
     "Choose",
     "HistoryCheckpointer",
+    "PendingSave",
     "copied_metadata",
     "loaded",
     "newest",
@@ -154,25 +156,59 @@ def loaded(chains: ChainCache, stored: StoredCheckpoint | None) -> Checkpoint | 
     return ckpt
 
 
+@dataclass(frozen=True)
+class PendingSave:
+    """One save, checked and hashed, on its way into a store's transaction."""
+
+    thread_id: str
+    checkpoint_id: str
+    state: AgentState
+    metadata: dict[str, Any] | None
+    expected_parent: str | None
+    chain: MessageChain
+    given_id: bool
+    """Whether the caller named the checkpoint id (else it is new)."""
+    blobs: MessageBlobCache
+    sign: bool
+
+    def plan(self, after: CheckpointInfo | None = None) -> SavePlanFn:
+        """The save's plan (:func:`save_plan`); ``after``: a checkpoint of tulip's it must follow too."""
+        return save_plan(
+            self.thread_id,
+            self.checkpoint_id,
+            self.state,
+            self.metadata,
+            self.expected_parent,
+            self.chain,
+            state_rest(self.state),
+            blobs=self.blobs,
+            sign=self.sign,
+            after=after,
+        )
+
+    def checkpoint(self, write: RowWrite) -> Checkpoint:
+        """The checkpoint ``write`` (this save's row write) stored."""
+        return Checkpoint(self.checkpoint_id, self.thread_id, write.created_at, self.state, write.metadata)
+
+
 class HistoryCheckpointer(InTreeCheckpointer):
     """Base of the checkpointers on the history model: the store's primitives in, the contract out.
 
     A history store (memory, file, SQL, Redis, S3) keeps rows on shared message entries
     (:mod:`tulip_nb.memory.history`); its checkpointer implements the primitives of
-    :class:`~._base.InTreeCheckpointer` (``save``, ``put_checkpoint``, ``load_checkpoint``,
-    ``list_checkpoint_infos``, the scan) and two more, each one transaction of the store:
+    :class:`~._base.InTreeCheckpointer` (``put_checkpoint``, ``load_checkpoint``,
+    ``list_checkpoint_infos``, the scan) and three more, each one transaction of the store:
 
     ======================  =====================================================================
     primitive               derived from it
     ======================  =====================================================================
     :meth:`_rewrite`        ``prune``, ``vacuum``, the base class's drop
     :meth:`_delete_rows`    ``delete`` (a thread, or one checkpoint), the delete of several
+    :meth:`_save_row`       ``save`` (the argument checks, the checkpoint id, the message chain;
+                            the chain cache told once the row is stored)
     ======================  =====================================================================
 
-    and it gets the pieces every save shares: the chain cache and blob cache (``_chains``,
-    ``_blobs``), :meth:`_begin_save` (the argument checks, the checkpoint id, the message chain)
-    and :meth:`_save_plan` (the compare-and-swap and signed save metadata, run inside the store's
-    transaction).
+    and the chain and blob caches every save shares (``_chains``, ``_blobs``).
 
     **The vacuum contract** (every checkpointer of the package keeps it; the conformance suite
     checks it): ``vacuum(older_than_days)`` drops, in every thread, each checkpoint created more
@@ -208,48 +244,41 @@ class HistoryCheckpointer(InTreeCheckpointer):
             persistent_checkpoint_ids=self.persistent_checkpoint_ids,
         )
 
-    # -- saves --------------------------------------------------------------------------------
+    # -- saves ------------------------------------------------------------------------------
     def _check_id(self, checkpoint_id: str, thread_id: str) -> None:
         """Refuse a checkpoint id the store cannot hold, before anything is written (a hook)."""
 
-    def _begin_save(self, state: AgentState, thread_id: str, checkpoint_id: str | None) -> tuple[str, MessageChain]:
-        """A save's checks, its checkpoint id (the given one, or a new one) and its message chain."""
+    async def save(
+        self,
+        state: AgentState,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        expected_parent: str | None = None,
+    ) -> str:
         if not isinstance(state, AgentState):
             raise TypeError(f"save(state, thread_id) takes an AgentState, got {type(state).__name__}")
         validate_thread_id(thread_id)
         cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
         self._check_id(cid, thread_id)
-        return cid, self._chains.chain(thread_id, state.messages)
-
-    def _save_plan(
-        self,
-        thread_id: str,
-        checkpoint_id: str,
-        state: AgentState,
-        metadata: dict[str, Any] | None,
-        expected_parent: str | None,
-        chain: MessageChain,
-        after: CheckpointInfo | None = None,
-    ) -> SavePlanFn:
-        """:func:`save_plan` with this checkpointer's blob cache and signing."""
-        rest = state_rest(state)
-        return save_plan(
-            thread_id,
-            checkpoint_id,
-            state,
-            metadata,
-            expected_parent,
-            chain,
-            rest,
-            blobs=self._blobs,
-            sign=self.sign,
-            after=after,
+        chain = self._chains.chain(thread_id, state.messages)
+        pending = PendingSave(
+            thread_id, cid, state, metadata, expected_parent, chain, bool(checkpoint_id), self._blobs, self.sign
         )
+        await self._save_row(pending)
+        self._chains.stored(thread_id, chain)
+        return cid
 
     def _loaded(self, stored: StoredCheckpoint | None) -> Checkpoint | None:
         return loaded(self._chains, stored)
 
     # -- primitives ---------------------------------------------------------------------------
+    @abstractmethod
+    async def _save_row(self, save: PendingSave) -> None:
+        """Write ``save`` as the thread's new row: run :meth:`PendingSave.plan` in one transaction
+        with the thread's latest (raises :class:`~tulip_nb.core.errors.CheckpointConflict` there)."""
+
     @abstractmethod
     async def _rewrite(self, thread_id: str, choose: Choose) -> int:
         """Drop ``choose(infos)`` of the thread (its rows and tulip's own checkpoints), re-linking

@@ -25,15 +25,15 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId, UserError
-from tulip_nb.core.state import AgentState
 from tulip_nb.memory._envelope import encode_envelope_parts, matches_pattern
 from tulip_nb.memory.backends._base import newest_first
 from tulip_nb.memory.backends._history_common import (
     Choose,
     HistoryCheckpointer,
+    PendingSave,
     copied_metadata,
     newest,
     put_write,
@@ -296,27 +296,17 @@ class FileCheckpointer(HistoryCheckpointer):
             )
 
     # -- save ---------------------------------------------------------------------------------
-    def _save_sync(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None,
-        metadata: dict[str, Any] | None,
-        expected_parent: str | None,
-    ) -> str:
-        cid, chain = self._begin_save(state, thread_id, checkpoint_id)
+    def _save_sync(self, save: PendingSave) -> None:
+        thread_id = save.thread_id
         directory = self.thread_dir(thread_id)
         self._repair(thread_id, directory)
-        if checkpoint_id:
-            self._refuse_shared_name(thread_id, directory, cid)
+        if save.given_id:
+            self._refuse_shared_name(thread_id, directory, save.checkpoint_id)
         foreign = self._foreign(thread_id, directory)
         tulip_latest = max(foreign.values(), key=lambda i: (i.created_at, i.checkpoint_id), default=None)
-        plan = self._save_plan(thread_id, cid, state, metadata, expected_parent, chain, tulip_latest)
-        _, write = self.store.save_sync(thread_id, plan)
-        self._chains.stored(thread_id, chain)
+        _, write = self.store.save_sync(thread_id, save.plan(tulip_latest))
         if self.every or is_turn_end(write.metadata):
-            self._project(thread_id, directory, Checkpoint(cid, thread_id, write.created_at, state, write.metadata))
-        return cid
+            self._project(thread_id, directory, save.checkpoint(write))
 
     def _put_sync(self, ckpt: Checkpoint) -> None:
         directory = self.thread_dir(ckpt.thread_id)
@@ -542,16 +532,8 @@ class FileCheckpointer(HistoryCheckpointer):
         return self.store.integrity_sync()
 
     # -- async contract -----------------------------------------------------------------------
-    async def save(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        *,
-        expected_parent: str | None = None,
-    ) -> str:
-        return await self.store._run(self._save_sync, state, thread_id, checkpoint_id, metadata, expected_parent)
+    async def _save_row(self, save: PendingSave) -> None:
+        await self.store._run(self._save_sync, save)
 
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
         await self.store._run(self._put_sync, validate_checkpoint(checkpoint))

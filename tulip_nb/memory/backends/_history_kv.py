@@ -29,6 +29,7 @@ from tulip_nb.memory.backends._base import newest_first
 from tulip_nb.memory.backends._history_common import (
     Choose,
     HistoryCheckpointer,
+    PendingSave,
     copied_metadata,
     newest,
     put_write,
@@ -221,29 +222,18 @@ class SQLHistoryCheckpointer(HistoryCheckpointer):
         state.messages = shared
 
     # -- save ---------------------------------------------------------------------------------
-    def _save_sync(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None,
-        metadata: dict[str, Any] | None,
-        expected_parent: str | None,
-    ) -> str:
-        cid, chain = self._begin_save(state, thread_id, checkpoint_id)
+    def _save_sync(self, save: PendingSave) -> None:
+        thread_id = save.thread_id
 
         def txn(conn: Conn) -> None:
-            current = self._index(conn, thread_id)
-            tulip = self._tulip(conn, thread_id, current)
+            tulip = self._tulip(conn, thread_id, self._index(conn, thread_id))
             after = _info(tulip[0], thread_id) if tulip else None
-            plan = self._save_plan(thread_id, cid, state, metadata, expected_parent, chain, after)
-            write = plan(self.store.latest_in(conn, thread_id))
+            write = save.plan(after)(self.store.latest_in(conn, thread_id))
             self.store.insert_in(conn, thread_id, write)
             if self.every or is_turn_end(write.metadata):
-                self._project(conn, thread_id, Checkpoint(cid, thread_id, write.created_at, state, write.metadata))
+                self._project(conn, thread_id, save.checkpoint(write))
 
         self.store.write_sync(txn)
-        self._chains.stored(thread_id, chain)
-        return cid
 
     def _check_id(self, checkpoint_id: str, thread_id: str) -> None:
         check_checkpoint_id(checkpoint_id, thread_id)
@@ -428,16 +418,8 @@ class SQLHistoryCheckpointer(HistoryCheckpointer):
         return self.store.write_sync(txn)
 
     # -- async contract -----------------------------------------------------------------------
-    async def save(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        *,
-        expected_parent: str | None = None,
-    ) -> str:
-        return await self.store._run(self._save_sync, state, thread_id, checkpoint_id, metadata, expected_parent)
+    async def _save_row(self, save: PendingSave) -> None:
+        await self.store._run(self._save_sync, save)
 
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
         await self.store._run(self._put_sync, validate_checkpoint(checkpoint))

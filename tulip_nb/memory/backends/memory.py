@@ -16,13 +16,11 @@ coroutines and threads see every save, copy, prune and delete whole or not at al
 
 from __future__ import annotations
 
-from typing import Any
-
-from tulip_nb.core.state import AgentState
 from tulip_nb.memory.backends._dict_history import DictHistory
 from tulip_nb.memory.backends._history_common import (
     Choose,
     HistoryCheckpointer,
+    PendingSave,
     copied_metadata,
     put_write,
     rewrite_plan,
@@ -37,9 +35,9 @@ class MemoryCheckpointer(HistoryCheckpointer):
 
     A thread is a sequence of checkpoints (one per save); a checkpoint is the whole
     :class:`~tulip_nb.core.AgentState` as it was then. Here the messages are stored once however
-    often they are saved, so keeping every checkpoint of a long conversation is cheap; ``sign=True``
-    adds the hash chain :func:`~tulip_nb.memory.integrity.verify_thread` checks (opt-in, as on
-    every store of the history model).
+    often they are saved, so keeping every checkpoint of a long conversation is cheap; ``sign``
+    (on by default, unlike the persisted stores: see docs/signing-and-integrity.md) adds the hash
+    chain :func:`~tulip_nb.memory.integrity.verify_thread` checks.
 
     >>> import asyncio
     >>> from tulip_nb.core import AgentState, Message
@@ -51,24 +49,13 @@ class MemoryCheckpointer(HistoryCheckpointer):
 
     persistent_checkpoint_ids = False
 
-    def __init__(self, *, sign: bool = False) -> None:
+    def __init__(self, *, sign: bool = True) -> None:
         self.store = DictHistory()
         self._start(sign=sign)
 
     # -- contract -----------------------------------------------------------------------------
-    async def save(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        *,
-        expected_parent: str | None = None,
-    ) -> str:
-        cid, chain = self._begin_save(state, thread_id, checkpoint_id)
-        self.store.save_sync(thread_id, self._save_plan(thread_id, cid, state, metadata, expected_parent, chain))
-        self._chains.stored(thread_id, chain)
-        return cid
+    async def _save_row(self, save: PendingSave) -> None:
+        self.store.save_sync(save.thread_id, save.plan())
 
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
         write = put_write(validate_checkpoint(checkpoint), self._chains)

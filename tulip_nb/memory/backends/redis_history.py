@@ -22,13 +22,13 @@ RedisHistoryCheckpointer(url='redis://127.0.0.1:6379/15', prefix='docs:', layout
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, UserError
-from tulip_nb.core.state import AgentState
 from tulip_nb.memory.backends._history_common import (
     Choose,
     HistoryCheckpointer,
+    PendingSave,
     copied_metadata,
     put_write,
     rewrite_plan,
@@ -84,19 +84,8 @@ class RedisHistoryCheckpointer(HistoryCheckpointer):
         return f"RedisHistoryCheckpointer(url={b.url!r}, prefix={b.prefix!r}, layout={self.layout!r})"
 
     # -- contract -----------------------------------------------------------------------------
-    async def save(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        *,
-        expected_parent: str | None = None,
-    ) -> str:
-        cid, chain = self._begin_save(state, thread_id, checkpoint_id)
-        await self.store.save(thread_id, self._save_plan(thread_id, cid, state, metadata, expected_parent, chain))
-        self._chains.stored(thread_id, chain)
-        return cid
+    async def _save_row(self, save: PendingSave) -> None:
+        await self.store.save(save.thread_id, save.plan())
 
     def _check_id(self, checkpoint_id: str, thread_id: str) -> None:
         check_checkpoint_id(checkpoint_id, thread_id)

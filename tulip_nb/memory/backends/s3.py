@@ -57,11 +57,12 @@ from typing import Any, Literal, TypeVar
 
 from tulip_nb.core import iso_offset
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId, UserError
-from tulip_nb.core.state import AgentState, state_json_parts
+from tulip_nb.core.state import state_json_parts
 from tulip_nb.memory.backends._base import newest_first
 from tulip_nb.memory.backends._history_common import (
     Choose,
     HistoryCheckpointer,
+    PendingSave,
     copied_metadata,
     newest,
     put_write,
@@ -402,28 +403,17 @@ class S3Backend(HistoryCheckpointer):
             await self._sync_projection(thread_id, repair=True)
 
     # -- contract -----------------------------------------------------------------------------
-    async def save(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        *,
-        expected_parent: str | None = None,
-    ) -> str:
-        cid, chain = self._begin_save(state, thread_id, checkpoint_id)
+    async def _save_row(self, save: PendingSave) -> None:
+        thread_id = save.thread_id
         async with self._lock(thread_id):
             await self._repair(thread_id)
             envs = await self._envelopes(thread_id)
             tulip = [info for info, ours in envs.values() if not ours]
             tulip_latest = max(tulip, key=lambda i: (i.created_at, i.checkpoint_id), default=None)
-            plan = self._save_plan(thread_id, cid, state, metadata, expected_parent, chain, tulip_latest)
-            _, write = await self._run(self.store.save_sync, thread_id, plan)
-            self._chains.stored(thread_id, chain)
+            _, write = await self._run(self.store.save_sync, thread_id, save.plan(tulip_latest))
+            self._chains.stored(thread_id, save.chain)
             if self.every or is_turn_end(write.metadata):
-                saved = Checkpoint(cid, thread_id, write.created_at, state, write.metadata)
-                await self._after_commit(thread_id, self._project_saved(saved))
-        return cid
+                await self._after_commit(thread_id, self._project_saved(save.checkpoint(write)))
 
     async def _after_commit(self, thread_id: str, projection: Awaitable[None]) -> None:
         """Write the projection after the history committed. A failure is a warning, not a failed
