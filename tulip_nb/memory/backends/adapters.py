@@ -74,14 +74,15 @@ from tulip_nb.memory.backends._kv import (
     Put,
     Txn,
     check_checkpoint_id,
+    created_before,
     decode_record,
+    drop_checkpoints,
     encode_index,
     encode_record,
     index_key,
     latest_key,
     parse_index,
     record_key,
-    relink_survivors,
     remove_checkpoints,
     set_record_metadata,
 )
@@ -443,34 +444,11 @@ class StorageBackendAdapter(InTreeCheckpointer):
             return int(await _call(self._kv.own_vacuum, older_than_days))  # the backend's own guarantee
         self._require("vacuum", "vacuum")
         cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
-        removed = 0
-        for tid in await self._thread_ids():
-            ikey = index_key(tid)
-
-            async def body(txn: Txn, tid: str = tid, ikey: str = ikey) -> int:
-                entries = parse_index(await txn.get(ikey), where=self._where(ikey))
-                old = {e.checkpoint_id for e in entries if e.created_at < cutoff}
-                if old:
-                    remove_checkpoints(txn, tid, await relink_survivors(txn, tid, entries, old), old)
-                return len(old)
-
-            removed += await self._kv.transact(ikey, body)
-        return removed
+        return sum([await drop_checkpoints(self._kv, tid, created_before(cutoff)) for tid in await self._thread_ids()])
 
     async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
         """One transaction: re-link the survivors, remove ``dropped`` (a crash leaves all or nothing)."""
-        if not dropped:
-            return 0
-        ikey = index_key(thread_id)
-
-        async def body(txn: Txn) -> int:
-            entries = parse_index(await txn.get(ikey), where=self._where(ikey))
-            gone = dropped & {e.checkpoint_id for e in entries}
-            if gone:
-                remove_checkpoints(txn, thread_id, await relink_survivors(txn, thread_id, entries, gone), gone)
-            return len(gone)
-
-        return await self._kv.transact(ikey, body)
+        return await drop_checkpoints(self._kv, thread_id, lambda _entries: set(dropped)) if dropped else 0
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         validate_thread_id(source_thread_id)
