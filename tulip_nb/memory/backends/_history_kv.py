@@ -19,8 +19,10 @@ Every row carries a content digest checked on load; ``sign=True`` hash-chains th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from typing import Any, Literal
+
+import orjson
 
 from tulip_nb.core import parse_datetime
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, UserError
@@ -40,6 +42,7 @@ from tulip_nb.memory.backends._kv import (
     INDEX_SUFFIX,
     IndexEntry,
     KVStore,
+    Op,
     check_checkpoint_id,
     decode_record,
     encode_record,
@@ -47,7 +50,7 @@ from tulip_nb.memory.backends._kv import (
     parse_index,
     record_key,
 )
-from tulip_nb.memory.backends._kv_projection import mark_record, projection_ops, tulips_own
+from tulip_nb.memory.backends._kv_projection import changes, ops
 from tulip_nb.memory.backends._sql_history import Conn, SQLHistory
 from tulip_nb.memory.backends._sql_server import ServerDialect
 from tulip_nb.memory.checkpointer import (
@@ -57,13 +60,65 @@ from tulip_nb.memory.checkpointer import (
     validate_checkpoint_id,
     validate_thread_id,
 )
-from tulip_nb.memory.history import StoredCheckpoint
+from tulip_nb.memory.history import PROJECTION_KEY, StoredCheckpoint
 
 __all__ = ["SQLHistoryCheckpointer"]
 
 Layout = Literal["history", "tulip"]
 _OWN_CACHE = 100_000
 """How many verdicts "tulip's own record" an instance remembers before it starts over."""
+
+
+def mark_record(record: bytes, checkpoint_id: str) -> bytes:
+    """A flattened record (:func:`~._kv.encode_record`) marked as the projection of ``checkpoint_id``."""
+    return record[:-1] + b',"' + PROJECTION_KEY.encode() + b'":' + orjson.dumps(checkpoint_id) + b"}"
+
+
+def tulips_own(
+    thread_id: str, entries: Sequence[IndexEntry], rows: Set[str], marks: Mapping[str, str | None]
+) -> list[IndexEntry]:
+    """The index entries a tulip agent wrote: not a row of the history, and a record that exists
+    and is not marked as the projection of its own id (``marks``: record key -> its mark, for the
+    records that exist). An entry whose record tulip already deleted is nobody's checkpoint.
+
+    >>> from datetime import UTC, datetime
+    >>> at = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> ours, theirs = IndexEntry("c1", at), IndexEntry("t1", at.replace(hour=1))
+    >>> [e.checkpoint_id for e in tulips_own("t", [theirs, ours], rows={"c1"}, marks={"t:t1": None})]
+    ['t1']
+    """
+    out = []
+    for e in entries:
+        if e.checkpoint_id in rows:
+            continue
+        key = record_key(thread_id, e.checkpoint_id)
+        if key in marks and marks[key] != e.checkpoint_id:
+            out.append(e)
+    return out
+
+
+def _projection_ops(
+    thread_id: str,
+    current: Sequence[IndexEntry],
+    tulip: Sequence[IndexEntry],
+    want: Sequence[IndexEntry],
+    records: Mapping[str, bytes],
+    drop: Collection[str] = (),
+) -> list[Op]:
+    """The writes that make tulip's keys of ``thread_id`` show ``want`` beside ``tulip``'s own
+    (:func:`~._kv_projection.changes`, :func:`~._kv_projection.ops`).
+
+    ``current``: the index as read; ``tulip``: tulip's own entries that stay; ``records``:
+    checkpoint id -> the marked record to (re)write; ``drop``: ids gone from the thread (rows,
+    or tulip's own), whose records go too. Every other index entry is a projection: kept when
+    wanted, else removed. ``:latest`` is rewritten every time (a repair of a hand-edited one).
+    """
+    theirs = {e.checkpoint_id for e in tulip}
+    ours = {e.checkpoint_id for e in current if e.checkpoint_id not in theirs} | {e.checkpoint_id for e in want}
+    change = changes(
+        current, ours=ours | set(drop), want=want, drop_foreign=drop, rewrite=set(records), refresh_latest=True
+    )
+    return ops(thread_id, change, records, current)
 
 
 def _info(e: IndexEntry, thread_id: str) -> CheckpointInfo:
@@ -175,7 +230,7 @@ class SQLHistoryCheckpointer(HistoryCheckpointer):
                 got = self.store.load_in(conn, thread_id, cid)
                 assert got is not None
                 records[cid] = self._record(got.checkpoint)
-        self.dialect.kv_apply(conn, projection_ops(thread_id, current, tulip, want, records, frozenset(drop)))
+        self.dialect.kv_apply(conn, _projection_ops(thread_id, current, tulip, want, records, drop))
 
     def _row_info(self, conn: Conn, thread_id: str, cid: str) -> CheckpointInfo:
         got = self.store.load_in(conn, thread_id, cid)
@@ -361,7 +416,7 @@ class SQLHistoryCheckpointer(HistoryCheckpointer):
             if checkpoint_ids is None:
                 cids = [r.checkpoint_id for r in self.store.rows_in(conn, thread_id)]
                 gone = self.store.drop_in(conn, thread_id, None) + len(tulip)
-                self.dialect.kv_apply(conn, projection_ops(thread_id, current, [], [], {}, frozenset(cids)))
+                self.dialect.kv_apply(conn, _projection_ops(thread_id, current, [], [], {}, cids))
                 return gone
             gone = self.store.drop_in(conn, thread_id, sorted(checkpoint_ids))
             gone += sum(1 for e in tulip if e.checkpoint_id in checkpoint_ids)
