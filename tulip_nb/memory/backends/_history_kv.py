@@ -474,36 +474,36 @@ class SQLHistoryCheckpointer(HistoryCheckpointer):
 
     # -- async contract -----------------------------------------------------------------------
     async def _save_row(self, save: PendingSave) -> None:
-        await self.store._run(self._save_sync, save)
+        await self.store.run(self._save_sync, save)
 
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
-        await self.store._run(self._put_sync, validate_checkpoint(checkpoint))
+        await self.store.run(self._put_sync, validate_checkpoint(checkpoint))
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
-        return await self.store._run(self._load_sync, thread_id, checkpoint_id)
+        return await self.store.run(self._load_sync, thread_id, checkpoint_id)
 
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
-        return await self.store._run(self._infos_sync, thread_id, limit)
+        return await self.store.run(self._infos_sync, thread_id, limit)
 
     async def load_checkpoints(
         self, thread_id: str, checkpoint_ids: Sequence[str]
     ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
-        return await self.store._run(self._load_many_sync, thread_id, list(checkpoint_ids))
+        return await self.store.run(self._load_many_sync, thread_id, list(checkpoint_ids))
 
     async def _delete_rows(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
-        return await self.store._run(self._delete_sync, thread_id, checkpoint_ids)
+        return await self.store.run(self._delete_sync, thread_id, checkpoint_ids)
 
     async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
-        return await self.store._run(self._all_infos_sync)
+        return await self.store.run(self._all_infos_sync)
 
     async def _thread_ids(self) -> list[str]:
-        return await self.store._run(self._thread_ids_sync)
+        return await self.store.run(self._thread_ids_sync)
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
-        return await self.store._run(self._copy_sync, source_thread_id, dest_thread_id)
+        return await self.store.run(self._copy_sync, source_thread_id, dest_thread_id)
 
     async def _rewrite(self, thread_id: str, choose: Choose) -> int:
-        return await self.store._run(self._rewrite_sync, thread_id, choose)
+        return await self.store.run(self._rewrite_sync, thread_id, choose)
 
     async def close(self) -> None:
         self.store.close_sync()
