@@ -25,13 +25,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
+from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound
 from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first, prepare_save_after
+from tulip_nb.memory.backends._sql_history import SQLHistory
 from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
     CheckpointInfo,
     new_checkpoint_id,
+    validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
@@ -50,6 +53,7 @@ from tulip_nb.memory.rest_delta import Parts
 from tulip_nb.memory.retention import plan_prune, relink
 
 __all__ = [
+    "BlockingHistoryCheckpointer",
     "Choose",
     "HistoryCheckpointer",
     "PendingSave",
@@ -314,3 +318,74 @@ class HistoryCheckpointer(InTreeCheckpointer):
         for thread_id in sorted(await self._thread_ids()):
             gone += await self._rewrite(thread_id, choose)
         return gone
+
+
+class BlockingHistoryCheckpointer(HistoryCheckpointer):
+    """A history checkpointer whose primitives are blocking transactions on a :class:`SQLHistory`
+    (SQLite, PostgreSQL, MySQL): it writes them as ``_*_sync`` methods, and each async
+    primitive runs its ``_*_sync`` on the store's worker (:meth:`SQLHistory.run`)."""
+
+    store: SQLHistory
+
+    @abstractmethod
+    def _save_sync(self, save: PendingSave) -> None: ...
+
+    @abstractmethod
+    def _put_sync(self, ckpt: Checkpoint) -> None: ...
+
+    @abstractmethod
+    def _load_sync(self, thread_id: str, checkpoint_id: str | None) -> Checkpoint | None: ...
+
+    @abstractmethod
+    def _load_many_sync(
+        self, thread_id: str, checkpoint_ids: list[str]
+    ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]: ...
+
+    @abstractmethod
+    def _infos_sync(self, thread_id: str, limit: int | None) -> list[CheckpointInfo]: ...
+
+    @abstractmethod
+    def _all_infos_sync(self) -> dict[str, list[CheckpointInfo]]: ...
+
+    @abstractmethod
+    def _delete_sync(self, thread_id: str, checkpoint_ids: set[str] | None) -> int: ...
+
+    @abstractmethod
+    def _copy_sync(self, source: str, dest: str) -> bool: ...
+
+    @abstractmethod
+    def _rewrite_sync(self, thread_id: str, choose: Choose) -> int: ...
+
+    async def _save_row(self, save: PendingSave) -> None:
+        await self.store.run(self._save_sync, save)
+
+    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        await self.store.run(self._put_sync, validate_checkpoint(checkpoint))
+
+    async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        return await self.store.run(self._load_sync, thread_id, checkpoint_id)
+
+    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
+        return await self.store.run(self._infos_sync, thread_id, limit)
+
+    async def load_checkpoints(
+        self, thread_id: str, checkpoint_ids: Sequence[str]
+    ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
+        """Several checkpoints in the order asked (each one, or the error that one raised)."""
+        return await self.store.run(self._load_many_sync, thread_id, list(checkpoint_ids))
+
+    async def _delete_rows(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
+        return await self.store.run(self._delete_sync, thread_id, checkpoint_ids)
+
+    async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
+        return await self.store.run(self._all_infos_sync)
+
+    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
+        return await self.store.run(self._copy_sync, source_thread_id, dest_thread_id)
+
+    async def _rewrite(self, thread_id: str, choose: Choose) -> int:
+        return await self.store.run(self._rewrite_sync, thread_id, choose)
+
+    def check_store(self) -> list[str]:
+        """The store's own integrity checks ([] when all is well)."""
+        return self.store.integrity_sync()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -31,8 +31,7 @@ from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, Checkpoi
 from tulip_nb.memory._envelope import encode_envelope_parts, matches_pattern
 from tulip_nb.memory.backends._base import newest_first
 from tulip_nb.memory.backends._history_common import (
-    Choose,
-    HistoryCheckpointer,
+    BlockingHistoryCheckpointer,
     PendingSave,
     copied_metadata,
     newest,
@@ -45,7 +44,6 @@ from tulip_nb.memory.checkpointer import (
     Checkpoint,
     CheckpointInfo,
     ThreadSpan,
-    validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
@@ -71,7 +69,7 @@ def _name(checkpoint_id: str) -> str:
     return safe_name(checkpoint_id) + ".json"
 
 
-class FileCheckpointer(HistoryCheckpointer):
+class FileCheckpointer(BlockingHistoryCheckpointer):
     """Threads in ``base_dir``: history in SQLite, tulip's envelope per thread (module docstring).
 
     ``layout="tulip"`` projects every checkpoint as tulip writes it, not only the latest turn end;
@@ -527,45 +525,13 @@ class FileCheckpointer(HistoryCheckpointer):
             problems.append(f"{want}: the tulip envelope {path.name} differs from the history (created_at)")
         return problems
 
-    def check_store(self) -> list[str]:
-        """SQLite's integrity check and the entries' reference counts ([] when all is well)."""
-        return self.store.integrity_sync()
-
-    # -- async contract -----------------------------------------------------------------------
-    async def _save_row(self, save: PendingSave) -> None:
-        await self.store.run(self._save_sync, save)
-
-    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
-        await self.store.run(self._put_sync, validate_checkpoint(checkpoint))
-
-    async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
-        return await self.store.run(self._load_sync, thread_id, checkpoint_id)
-
-    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
-        return await self.store.run(self._infos_sync, thread_id, limit)
-
-    async def load_checkpoints(
-        self, thread_id: str, checkpoint_ids: Sequence[str]
-    ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
-        return await self.store.run(self._load_many_sync, thread_id, list(checkpoint_ids))
-
-    async def _delete_rows(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
-        return await self.store.run(self._delete_sync, thread_id, checkpoint_ids)
+    # -- async contract (the rest: BlockingHistoryCheckpointer) -------------------------------
 
     async def thread_span(self, thread_id: str) -> ThreadSpan | None:
         return await self.store.run(self._span_sync, thread_id)
 
     async def list_unreadable(self, pattern: str = "*") -> dict[str, str]:
         return await self.store.run(self._unreadable_sync, pattern)
-
-    async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
-        return await self.store.run(self._all_infos_sync)
-
-    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
-        return await self.store.run(self._copy_sync, source_thread_id, dest_thread_id)
-
-    async def _rewrite(self, thread_id: str, choose: Choose) -> int:
-        return await self.store.run(self._rewrite_sync, thread_id, choose)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.store.close_sync)

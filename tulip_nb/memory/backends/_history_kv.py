@@ -29,8 +29,7 @@ from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, Checkpoi
 from tulip_nb.core.state import AgentState, message_digest, state_json_parts
 from tulip_nb.memory.backends._base import newest_first
 from tulip_nb.memory.backends._history_common import (
-    Choose,
-    HistoryCheckpointer,
+    BlockingHistoryCheckpointer,
     PendingSave,
     copied_metadata,
     newest,
@@ -56,7 +55,6 @@ from tulip_nb.memory.backends._sql_server import ServerDialect
 from tulip_nb.memory.checkpointer import (
     Checkpoint,
     CheckpointInfo,
-    validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
@@ -129,7 +127,7 @@ def _entry(i: CheckpointInfo) -> IndexEntry:
     return IndexEntry(i.checkpoint_id, i.created_at, dict(i.metadata))
 
 
-class SQLHistoryCheckpointer(HistoryCheckpointer):
+class SQLHistoryCheckpointer(BlockingHistoryCheckpointer):
     """Threads in a SQL database: the history in side tables, tulip's keys as its projection.
 
     Made by :func:`~tulip_nb.memory.backends.postgresql_checkpointer` and
@@ -472,44 +470,12 @@ class SQLHistoryCheckpointer(HistoryCheckpointer):
 
         return self.store.write_sync(txn)
 
-    # -- async contract -----------------------------------------------------------------------
-    async def _save_row(self, save: PendingSave) -> None:
-        await self.store.run(self._save_sync, save)
-
-    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
-        await self.store.run(self._put_sync, validate_checkpoint(checkpoint))
-
-    async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
-        return await self.store.run(self._load_sync, thread_id, checkpoint_id)
-
-    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
-        return await self.store.run(self._infos_sync, thread_id, limit)
-
-    async def load_checkpoints(
-        self, thread_id: str, checkpoint_ids: Sequence[str]
-    ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
-        return await self.store.run(self._load_many_sync, thread_id, list(checkpoint_ids))
-
-    async def _delete_rows(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
-        return await self.store.run(self._delete_sync, thread_id, checkpoint_ids)
-
-    async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
-        return await self.store.run(self._all_infos_sync)
+    # -- async contract (the rest: BlockingHistoryCheckpointer) -------------------------------
 
     async def _thread_ids(self) -> list[str]:
         return await self.store.run(self._thread_ids_sync)
-
-    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
-        return await self.store.run(self._copy_sync, source_thread_id, dest_thread_id)
-
-    async def _rewrite(self, thread_id: str, choose: Choose) -> int:
-        return await self.store.run(self._rewrite_sync, thread_id, choose)
 
     async def close(self) -> None:
         self.store.close_sync()
         if self.backend is not None:
             await self.backend.close()
-
-    def check_store(self) -> list[str]:
-        """The entries' reference counts and the rows' derived columns ([] when all is well)."""
-        return self.store.integrity_sync()
