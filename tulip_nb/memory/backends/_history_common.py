@@ -4,7 +4,10 @@ A history checkpointer turns the contract into the store's primitives; these are
 do not depend on the store: the save plan (compare-and-swap, ``created_at``, signed save metadata,
 all decided inside the store's transaction with the thread's latest), the write of an import, the
 save metadata of a copied row, the rewrite plan of a prune or vacuum (drop, and re-link the
-survivors, in one transaction) and the adoption of a loaded history by the chain cache.
+survivors, in one transaction) and the adoption of a loaded history by the chain cache; and the
+base every such checkpointer is built on, :class:`HistoryCheckpointer` (with
+:class:`BlockingHistoryCheckpointer` for those whose transactions block: file, PostgreSQL, MySQL),
+whose docstring holds the vacuum contract.
 
 >>> from datetime import UTC, datetime
 >>> from tulip_nb.memory.checkpointer import CheckpointInfo
