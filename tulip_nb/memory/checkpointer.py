@@ -518,7 +518,13 @@ class BaseCheckpointer(ABC):
         raise self._unimplemented("metadata_query", "get_metadata")
 
     async def vacuum(self, older_than_days: float = 30) -> int:
-        """Delete checkpoints older than ``older_than_days`` (capability ``vacuum``)."""
+        """Drop, in every thread, each checkpoint created more than ``older_than_days`` days ago;
+        how many went (capability ``vacuum``).
+
+        The contract every in-tree checkpointer keeps (docs/storage-layouts.md, "One vacuum
+        contract"): a prune by age, each thread's drop one transaction that re-links the survivors
+        first, so what is left verifies; a thread left with no checkpoint is gone.
+        """
         raise self._unimplemented("vacuum", "vacuum")
 
     async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
