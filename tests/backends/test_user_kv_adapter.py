@@ -1,14 +1,13 @@
 """A user's own dict-shaped key-value class, wrapped by StorageBackendAdapter, passes conformance.
 
-The shipped suite (:class:`tulip_nb.testing.CheckpointerSuite`; before it shipped, the test
-functions of ``tests/backends/test_conformance.py``) runs here on a :class:`DictKV` (tulip's
-storage-backend shape, nothing of ours) and a :class:`MinimalKV` (no enumeration) in the adapter.
+The shipped suite (:class:`tulip_nb.testing.CheckpointerSuite`) runs here on a :class:`DictKV`
+(tulip's storage-backend shape, nothing of ours) and a :class:`MinimalKV` (no enumeration) in the
+adapter.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,7 @@ import pytest_asyncio
 
 from tulip_nb.memory.backends import StorageBackendAdapter
 from tulip_nb.memory.checkpointer import BaseCheckpointer
-
-try:
-    from tulip_nb.testing import CheckpointerSuite, full_state
-except ImportError:  # the suite not shipped yet: the tests' own copy
-    CheckpointerSuite = None  # type: ignore[assignment,misc]
-    from .conformance import full_state
+from tulip_nb.testing import CheckpointerSuite, full_state
 
 
 class DictKV:
@@ -88,23 +82,13 @@ def _opener(kind: str) -> Any:
 
 KINDS = ["dict-kv", "minimal-kv"]
 
-if CheckpointerSuite is not None:
 
-    class TestUserKVConformance(CheckpointerSuite):
-        """The shipped conformance suite, on a user's dict-shaped class inside the adapter."""
-
-        @pytest_asyncio.fixture(params=KINDS)
-        async def checkpointer_store(self, request: Any, tmp_path: Path) -> AsyncIterator[Any]:
-            yield _opener(request.param)
-
-else:  # pragma: no cover - only before tulip_nb.testing exists
-    _legacy = importlib.import_module("tests.backends.test_conformance")
-    globals().update({n: f for n, f in vars(_legacy).items() if n.startswith("test_") and callable(f)})
+class TestUserKVConformance(CheckpointerSuite):
+    """The shipped conformance suite, on a user's dict-shaped class inside the adapter."""
 
     @pytest_asyncio.fixture(params=KINDS)
-    async def checkpointer(request: Any) -> AsyncIterator[BaseCheckpointer]:
-        async with _opener(request.param)() as cp:
-            yield cp
+    async def checkpointer_store(self, request: Any, tmp_path: Path) -> AsyncIterator[Any]:
+        yield _opener(request.param)
 
 
 async def test_user_kv_holds_tulips_key_layout() -> None:

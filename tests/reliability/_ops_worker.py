@@ -53,7 +53,7 @@ def operation(cp: FileCheckpointer, op: str, args: tuple[Any, ...]) -> Callable[
         return lambda: cp._delete_sync(args[0], None)
     if op == "vacuum":
         cutoff = datetime.fromisoformat(args[0])
-        return lambda: cp._vacuum_sync(days_before(cutoff))
+        return lambda: asyncio.run(cp.vacuum(days_before(cutoff)))  # the sync body is per thread now
     if op == "fork":
         return lambda: asyncio.run(_fork(cp, args[0], args[1], args[2]))
     raise ValueError(f"unknown operation {op!r}")

@@ -78,6 +78,7 @@ from tulip_nb.core.keys import (
 )
 from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory._signing import running_digest, sign_metadata
+from tulip_nb.memory.retention import plan_prune, relink
 
 __all__ = [
     "ADDED_KEYS",
@@ -517,7 +518,13 @@ class BaseCheckpointer(ABC):
         raise self._unimplemented("metadata_query", "get_metadata")
 
     async def vacuum(self, older_than_days: float = 30) -> int:
-        """Delete checkpoints older than ``older_than_days`` (capability ``vacuum``)."""
+        """Drop, in every thread, each checkpoint created more than ``older_than_days`` days ago;
+        how many went (capability ``vacuum``).
+
+        The contract every in-tree checkpointer keeps (docs/storage-layouts.md, "One vacuum
+        contract"): a prune by age, each thread's drop one transaction that re-links the survivors
+        first, so what is left verifies; a thread left with no checkpoint is gone.
+        """
         raise self._unimplemented("vacuum", "vacuum")
 
     async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
@@ -533,8 +540,6 @@ class BaseCheckpointer(ABC):
         A backend re-links through :meth:`put_checkpoint`; one that only has the fallback (a
         user's three-method checkpointer) drops without re-linking.
         """
-        from tulip_nb.memory.retention import plan_prune  # retention imports this module
-
         validate_thread_id(thread_id)
         infos = await self.list_checkpoint_infos(thread_id, None)
         return await self._drop(thread_id, infos, plan_prune(infos, keep_last, keep_turn_ends))
@@ -551,8 +556,6 @@ class BaseCheckpointer(ABC):
 
         Through :meth:`put_checkpoint`, when the backend has a native one (else nothing is done).
         """
-        from tulip_nb.memory.retention import relink
-
         if type(self).put_checkpoint is BaseCheckpointer.put_checkpoint:
             return
         for cid, meta in relink(infos, dropped).items():

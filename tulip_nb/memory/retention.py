@@ -36,23 +36,52 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
 
 from tulip_nb.core.keys import HASH_KEY, PARENT_HASH_KEY, PARENT_KEY, PRUNED_KEY, SOURCE_KEY
-from tulip_nb.memory.checkpointer import CheckpointInfo
 
-__all__ = ["ITERATION_SOURCE", "PrunePlan", "is_iteration", "oldest_first", "plan_prune", "prune_plan", "relink"]
+__all__ = [
+    "ITERATION_SOURCE",
+    "Header",
+    "PrunePlan",
+    "is_iteration",
+    "oldest_first",
+    "plan_prune",
+    "prune_plan",
+    "relink",
+]
+
+
+class Header(Protocol):
+    """What the rules read of a checkpoint: its id, when it was saved, its save metadata.
+
+    :class:`~tulip_nb.memory.checkpointer.CheckpointInfo` is one. The rules sit below the
+    checkpointer contract (which applies them in ``prune``), so they name no class of it.
+    """
+
+    @property
+    def checkpoint_id(self) -> str: ...
+
+    @property
+    def created_at(self) -> datetime: ...
+
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
+
+
+_H = TypeVar("_H", bound=Header)
 
 ITERATION_SOURCE = "iteration"
 """The ``source`` the agent writes in the save metadata of a mid-turn save."""
 
 
-def is_iteration(info: CheckpointInfo) -> bool:
+def is_iteration(info: Header) -> bool:
     """Whether ``info`` is a mid-turn (iteration) checkpoint."""
     return info.metadata.get(SOURCE_KEY) == ITERATION_SOURCE
 
 
-def oldest_first(infos: Iterable[CheckpointInfo]) -> list[CheckpointInfo]:
+def oldest_first(infos: Iterable[_H]) -> list[_H]:
     """``infos`` in save order (``created_at``, ties by id)."""
     return sorted(infos, key=lambda i: (i.created_at, i.checkpoint_id))
 
@@ -75,7 +104,7 @@ class PrunePlan:
         return len(self.dropped) + len(self.kept)
 
 
-def prune_plan(infos: Sequence[CheckpointInfo], keep_last: int | None = None, keep_turn_ends: bool = True) -> PrunePlan:
+def prune_plan(infos: Sequence[Header], keep_last: int | None = None, keep_turn_ends: bool = True) -> PrunePlan:
     """Which checkpoints a prune drops and which it keeps (see the module docstring); reads headers only.
 
     >>> from datetime import UTC, datetime
@@ -104,7 +133,7 @@ def prune_plan(infos: Sequence[CheckpointInfo], keep_last: int | None = None, ke
     return PrunePlan(tuple(c for c in ids if c not in keep), tuple(c for c in ids if c in keep))
 
 
-def plan_prune(infos: Sequence[CheckpointInfo], keep_last: int | None = None, keep_turn_ends: bool = True) -> set[str]:
+def plan_prune(infos: Sequence[Header], keep_last: int | None = None, keep_turn_ends: bool = True) -> set[str]:
     """The ids of the checkpoints a prune drops: :func:`prune_plan`'s :attr:`~PrunePlan.dropped`."""
     return set(prune_plan(infos, keep_last, keep_turn_ends).dropped)
 
@@ -113,7 +142,7 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def relink(infos: Sequence[CheckpointInfo], dropped: set[str]) -> dict[str, dict[str, Any]]:
+def relink(infos: Sequence[Header], dropped: set[str]) -> dict[str, dict[str, Any]]:
     """New save metadata for each surviving checkpoint whose parent is in ``dropped``.
 
     Parents are followed through ``dropped`` to the nearest surviving ancestor. A survivor pruned

@@ -494,6 +494,39 @@ class CheckpointerSuite:
         report = await verify_thread(checkpointer, "vac")
         assert report.ok and report.counts() == {"ok": 2}, str(report)
 
+    async def test_vacuum_contract(self, checkpointer: BaseCheckpointer) -> None:
+        """vacuum(days) drops every checkpoint older than the cutoff in every thread and returns how
+        many; a thread left with none is gone, one left with some still verifies, newer ones stay,
+        and a second run drops nothing (HistoryCheckpointer's docstring)."""
+        from tulip_nb.memory.backends.memory import MemoryCheckpointer
+        from tulip_nb.memory.integrity import verify_thread
+
+        self._skip_unless(self.keeps_save_metadata and checkpointer.capabilities.vacuum, "vacuum")
+        old = datetime.now(UTC) - timedelta(days=90)
+        plan = {"vc-old": 2, "vc-mixed": 3, "vc-new": 0}  # thread -> how many of its 5 saves are old
+        kept: dict[str, list[str]] = {}
+        for tid, n_old in plan.items():
+            source = MemoryCheckpointer(sign=True)
+            for i in range(2 if tid == "vc-old" else 5):
+                await source.save(full_state(marker=f"{tid}{i}"), tid)
+            infos = list(reversed(await source.list_checkpoint_infos(tid, None)))  # oldest first
+            for n, info in enumerate(infos):
+                ckpt = await source.load_checkpoint(tid, info.checkpoint_id)
+                assert ckpt is not None
+                when = old + timedelta(seconds=n) if n < n_old else ckpt.created_at
+                await checkpointer.put_checkpoint(Checkpoint(ckpt.checkpoint_id, tid, when, ckpt.state, ckpt.metadata))
+            kept[tid] = [i.checkpoint_id for i in reversed(infos[n_old:])]  # newest first
+        assert await checkpointer.vacuum(older_than_days=30) == 5
+        assert await checkpointer.load("vc-old") is None
+        assert await checkpointer.list_checkpoints("vc-old", limit=None) == []
+        if checkpointer.capabilities.list_threads:
+            assert "vc-old" not in await checkpointer.list_threads(limit=None, pattern="vc-*")
+        for tid in ("vc-mixed", "vc-new"):
+            assert await checkpointer.list_checkpoints(tid, limit=None) == kept[tid]
+            report = await verify_thread(checkpointer, tid)
+            assert report.ok, str(report)
+        assert await checkpointer.vacuum(older_than_days=30) == 0
+
     # -- races: every acknowledged write loads whole where threads share storage ----------------
     def _skip_unless_races(self, cp: BaseCheckpointer) -> None:
         self._skip_unless(self.races, "the race cases (races = True)")

@@ -27,6 +27,7 @@ import os
 import re
 import stat
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping
@@ -45,6 +46,7 @@ __all__ = [
     "EnvelopeDir",
     "Head",
     "is_link",
+    "is_stale_temp",
     "is_loop",
     "is_turn_end",
     "read_nofollow",
@@ -59,6 +61,31 @@ _MAX_NAME_BYTES = 200  # below NAME_MAX (255) with room for ".json" and temp suf
 _NOT_TURN_ENDS = frozenset(("iteration", "fork"))
 _TEMP = re.compile(r"^\..+\.json\.[0-9a-f]{32}\.tmp$")
 """The temp name :meth:`EnvelopeDir.write` uses (a random hex per write)."""
+_OLD_TEMP_SECONDS = 3600.0
+
+
+def is_stale_temp(directory: Path, name: str, *, writes_locked: bool) -> bool:
+    """The one rule for a temp file an envelope write left in a thread directory: is it garbage?
+
+    - this layout's (``.<name>.<random hex>.tmp``, :meth:`EnvelopeDir.write`): exactly when the
+      caller holds the store's write lock (``writes_locked``), under which every envelope is
+      written, so none of them is a write in flight;
+    - the release before the history model's (``.<name>.<pid>.<tid>.tmp``): when its process is
+      gone, or it is older than an hour (its writer took no lock this one can hold);
+    - any other name: never (not a temp file of ours).
+    """
+    if _TEMP.match(name):
+        return writes_locked
+    parts = name.split(".")
+    if not (name.startswith(".") and name.endswith(".tmp") and len(parts) >= 4 and parts[-3].isdigit()):
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(int(parts[-3]), 0)
+        try:
+            return time.time() - os.lstat(directory / name).st_mtime > _OLD_TEMP_SECONDS
+        except OSError:
+            return False
+    return True
 
 
 def is_turn_end(metadata: Mapping[str, Any]) -> bool:
@@ -308,7 +335,7 @@ class EnvelopeDir:
     def clean_temps(self, directory: Path) -> None:
         """Remove them: call it holding the store's write lock, under which every envelope is
         written, so none of them is a write in flight."""
-        leftovers = self.temps(directory)
+        leftovers = [n for n in self.temps(directory) if is_stale_temp(directory, n, writes_locked=True)]
         if leftovers:
             self.unlink(directory, leftovers)
 

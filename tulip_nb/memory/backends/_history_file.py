@@ -23,37 +23,31 @@ from __future__ import annotations
 import asyncio
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId, UserError
-from tulip_nb.core.state import AgentState, MessageBlobCache
 from tulip_nb.memory._envelope import encode_envelope_parts, matches_pattern
-from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first
+from tulip_nb.memory.backends._base import newest_first
 from tulip_nb.memory.backends._history_common import (
+    BlockingHistoryCheckpointer,
+    PendingSave,
     copied_metadata,
-    loaded,
     newest,
-    older_than,
     put_write,
     rewrite_plan,
-    save_plan,
 )
 from tulip_nb.memory.backends._history_dir import EnvelopeDir, Head, is_turn_end, safe_name
 from tulip_nb.memory.backends._sqlite_history import DB_NAME, SQLiteHistory
 from tulip_nb.memory.checkpointer import (
-    Capabilities,
     Checkpoint,
     CheckpointInfo,
     ThreadSpan,
-    new_checkpoint_id,
-    validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
-from tulip_nb.memory.history import PROJECTION_KEY, ChainCache, StoredCheckpoint, state_rest
-from tulip_nb.memory.retention import plan_prune
+from tulip_nb.memory.history import PROJECTION_KEY, StoredCheckpoint
 
 __all__ = ["FileCheckpointer", "HistoryFileCheckpointer"]
 
@@ -75,7 +69,7 @@ def _name(checkpoint_id: str) -> str:
     return safe_name(checkpoint_id) + ".json"
 
 
-class FileCheckpointer(InTreeCheckpointer):
+class FileCheckpointer(BlockingHistoryCheckpointer):
     """Threads in ``base_dir``: history in SQLite, tulip's envelope per thread (module docstring).
 
     ``layout="tulip"`` projects every checkpoint as tulip writes it, not only the latest turn end;
@@ -118,29 +112,15 @@ class FileCheckpointer(InTreeCheckpointer):
         """Project every checkpoint (``layout="tulip"``), not only the latest turn end."""
         self._base = self.base_dir.resolve()  # a symlinked base_dir is followed once, here
         self.fsync = fsync
-        self.sign = sign
         self.store = SQLiteHistory(self._base, fsync=fsync)
         self._dirs = EnvelopeDir()
-        self._chains = ChainCache()
-        self._blobs = MessageBlobCache()
+        self._start(sign=sign)
         self._repaired: set[str] = set()
         self.allow_legacy = False
         """``tulip-nb convert`` sets it: read past thread directories the delta layout wrote."""
 
     def __repr__(self) -> str:
         return f"FileCheckpointer(base_dir={str(self.base_dir)!r}, layout={self.layout!r})"
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            search=True,
-            metadata_query=True,
-            vacuum=True,
-            branching=True,
-            list_threads=True,
-            list_with_metadata=True,
-            persistent_checkpoint_ids=True,
-        )
 
     # -- paths --------------------------------------------------------------------------------
     def thread_dir(self, thread_id: str) -> Path:
@@ -314,41 +294,17 @@ class FileCheckpointer(InTreeCheckpointer):
             )
 
     # -- save ---------------------------------------------------------------------------------
-    def _save_sync(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None,
-        metadata: dict[str, Any] | None,
-        expected_parent: str | None,
-    ) -> str:
-        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
+    def _save_sync(self, save: PendingSave) -> None:
+        thread_id = save.thread_id
         directory = self.thread_dir(thread_id)
         self._repair(thread_id, directory)
-        if checkpoint_id:
-            self._refuse_shared_name(thread_id, directory, cid)
+        if save.given_id:
+            self._refuse_shared_name(thread_id, directory, save.checkpoint_id)
         foreign = self._foreign(thread_id, directory)
         tulip_latest = max(foreign.values(), key=lambda i: (i.created_at, i.checkpoint_id), default=None)
-        chain = self._chains.chain(thread_id, state.messages)
-        rest = state_rest(state)
-
-        plan = save_plan(
-            thread_id,
-            cid,
-            state,
-            metadata,
-            expected_parent,
-            chain,
-            rest,
-            blobs=self._blobs,
-            sign=self.sign,
-            after=tulip_latest,
-        )
-        _, write = self.store.save_sync(thread_id, plan)
-        self._chains.stored(thread_id, chain)
+        _, write = self.store.save_sync(thread_id, save.plan(tulip_latest))
         if self.every or is_turn_end(write.metadata):
-            self._project(thread_id, directory, Checkpoint(cid, thread_id, write.created_at, state, write.metadata))
-        return cid
+            self._project(thread_id, directory, save.checkpoint(write))
 
     def _put_sync(self, ckpt: Checkpoint) -> None:
         directory = self.thread_dir(ckpt.thread_id)
@@ -397,9 +353,6 @@ class FileCheckpointer(InTreeCheckpointer):
             else:
                 out.append(got)
         return out
-
-    def _loaded(self, stored: StoredCheckpoint | None) -> Checkpoint | None:
-        return loaded(self._chains, stored)
 
     def _load_envelope(self, thread_id: str, directory: Path, checkpoint_id: str) -> Checkpoint:
         """A checkpoint tulip wrote (an envelope without the projection mark)."""
@@ -529,10 +482,6 @@ class FileCheckpointer(InTreeCheckpointer):
         self._project(thread_id, directory, force=bool(gone))
         return gone
 
-    def _vacuum_sync(self, older_than_days: float) -> int:
-        choose = older_than(older_than_days)
-        return sum(self._rewrite_sync(thread_id, choose) for thread_id in sorted(self._all_infos_sync()))
-
     # -- checks -------------------------------------------------------------------------------
     def check_mirror(self, thread_id: str) -> list[str]:
         """Problems with the thread's tulip envelopes (none: tulip reads what it is shown right).
@@ -576,63 +525,13 @@ class FileCheckpointer(InTreeCheckpointer):
             problems.append(f"{want}: the tulip envelope {path.name} differs from the history (created_at)")
         return problems
 
-    def check_store(self) -> list[str]:
-        """SQLite's integrity check and the entries' reference counts ([] when all is well)."""
-        return self.store.integrity_sync()
-
-    # -- async contract -----------------------------------------------------------------------
-    async def save(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        *,
-        expected_parent: str | None = None,
-    ) -> str:
-        return await self.store._run(self._save_sync, state, thread_id, checkpoint_id, metadata, expected_parent)
-
-    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
-        await self.store._run(self._put_sync, validate_checkpoint(checkpoint))
-
-    async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
-        return await self.store._run(self._load_sync, thread_id, checkpoint_id)
-
-    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
-        return await self.store._run(self._infos_sync, thread_id, limit)
-
-    async def load_checkpoints(
-        self, thread_id: str, checkpoint_ids: Sequence[str]
-    ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
-        return await self.store._run(self._load_many_sync, thread_id, list(checkpoint_ids))
-
-    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        ids = None if checkpoint_id is None else {validate_checkpoint_id(checkpoint_id, thread_id)}
-        return bool(await self.store._run(self._delete_sync, thread_id, ids))
-
-    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
-        return await self.store._run(self._delete_sync, thread_id, set(checkpoint_ids))
+    # -- async contract (the rest: BlockingHistoryCheckpointer) -------------------------------
 
     async def thread_span(self, thread_id: str) -> ThreadSpan | None:
-        return await self.store._run(self._span_sync, thread_id)
+        return await self.store.run(self._span_sync, thread_id)
 
     async def list_unreadable(self, pattern: str = "*") -> dict[str, str]:
-        return await self.store._run(self._unreadable_sync, pattern)
-
-    async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
-        return await self.store._run(self._all_infos_sync)
-
-    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
-        return await self.store._run(self._copy_sync, source_thread_id, dest_thread_id)
-
-    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
-        validate_thread_id(thread_id)
-        return await self.store._run(
-            self._rewrite_sync, thread_id, lambda infos: plan_prune(infos, keep_last, keep_turn_ends)
-        )
-
-    async def vacuum(self, older_than_days: float = 30) -> int:
-        return await self.store._run(self._vacuum_sync, older_than_days)
+        return await self.store.run(self._unreadable_sync, pattern)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.store.close_sync)

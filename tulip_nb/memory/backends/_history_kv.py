@@ -19,27 +19,29 @@ Every row carries a content digest checked on load; ``sign=True`` hash-chains th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from typing import Any, Literal
+
+import orjson
 
 from tulip_nb.core import parse_datetime
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, UserError
-from tulip_nb.core.state import AgentState, MessageBlobCache, message_digest, state_json_parts
-from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first
+from tulip_nb.core.state import AgentState, message_digest, state_json_parts
+from tulip_nb.memory.backends._base import newest_first
 from tulip_nb.memory.backends._history_common import (
+    BlockingHistoryCheckpointer,
+    PendingSave,
     copied_metadata,
-    loaded,
     newest,
-    older_than,
     put_write,
     rewrite_plan,
-    save_plan,
 )
 from tulip_nb.memory.backends._history_dir import is_turn_end
 from tulip_nb.memory.backends._kv import (
     INDEX_SUFFIX,
     IndexEntry,
     KVStore,
+    Op,
     check_checkpoint_id,
     decode_record,
     encode_record,
@@ -47,26 +49,74 @@ from tulip_nb.memory.backends._kv import (
     parse_index,
     record_key,
 )
-from tulip_nb.memory.backends._kv_projection import mark_record, projection_ops, tulips_own
+from tulip_nb.memory.backends._kv_projection import changes, ops
 from tulip_nb.memory.backends._sql_history import Conn, SQLHistory
 from tulip_nb.memory.backends._sql_server import ServerDialect
 from tulip_nb.memory.checkpointer import (
-    Capabilities,
     Checkpoint,
     CheckpointInfo,
-    new_checkpoint_id,
-    validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
-from tulip_nb.memory.history import ChainCache, StoredCheckpoint, state_rest
-from tulip_nb.memory.retention import plan_prune
+from tulip_nb.memory.history import PROJECTION_KEY, StoredCheckpoint
 
 __all__ = ["SQLHistoryCheckpointer"]
 
 Layout = Literal["history", "tulip"]
 _OWN_CACHE = 100_000
 """How many verdicts "tulip's own record" an instance remembers before it starts over."""
+
+
+def mark_record(record: bytes, checkpoint_id: str) -> bytes:
+    """A flattened record (:func:`~._kv.encode_record`) marked as the projection of ``checkpoint_id``."""
+    return record[:-1] + b',"' + PROJECTION_KEY.encode() + b'":' + orjson.dumps(checkpoint_id) + b"}"
+
+
+def tulips_own(
+    thread_id: str, entries: Sequence[IndexEntry], rows: Set[str], marks: Mapping[str, str | None]
+) -> list[IndexEntry]:
+    """The index entries a tulip agent wrote: not a row of the history, and a record that exists
+    and is not marked as the projection of its own id (``marks``: record key -> its mark, for the
+    records that exist). An entry whose record tulip already deleted is nobody's checkpoint.
+
+    >>> from datetime import UTC, datetime
+    >>> at = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> ours, theirs = IndexEntry("c1", at), IndexEntry("t1", at.replace(hour=1))
+    >>> [e.checkpoint_id for e in tulips_own("t", [theirs, ours], rows={"c1"}, marks={"t:t1": None})]
+    ['t1']
+    """
+    out = []
+    for e in entries:
+        if e.checkpoint_id in rows:
+            continue
+        key = record_key(thread_id, e.checkpoint_id)
+        if key in marks and marks[key] != e.checkpoint_id:
+            out.append(e)
+    return out
+
+
+def _projection_ops(
+    thread_id: str,
+    current: Sequence[IndexEntry],
+    tulip: Sequence[IndexEntry],
+    want: Sequence[IndexEntry],
+    records: Mapping[str, bytes],
+    drop: Collection[str] = (),
+) -> list[Op]:
+    """The writes that make tulip's keys of ``thread_id`` show ``want`` beside ``tulip``'s own
+    (:func:`~._kv_projection.changes`, :func:`~._kv_projection.ops`).
+
+    ``current``: the index as read; ``tulip``: tulip's own entries that stay; ``records``:
+    checkpoint id -> the marked record to (re)write; ``drop``: ids gone from the thread (rows,
+    or tulip's own), whose records go too. Every other index entry is a projection: kept when
+    wanted, else removed. ``:latest`` is rewritten every time (a repair of a hand-edited one).
+    """
+    theirs = {e.checkpoint_id for e in tulip}
+    ours = {e.checkpoint_id for e in current if e.checkpoint_id not in theirs} | {e.checkpoint_id for e in want}
+    change = changes(
+        current, ours=ours | set(drop), want=want, drop_foreign=drop, rewrite=set(records), refresh_latest=True
+    )
+    return ops(thread_id, change, records, current)
 
 
 def _info(e: IndexEntry, thread_id: str) -> CheckpointInfo:
@@ -77,7 +127,7 @@ def _entry(i: CheckpointInfo) -> IndexEntry:
     return IndexEntry(i.checkpoint_id, i.created_at, dict(i.metadata))
 
 
-class SQLHistoryCheckpointer(InTreeCheckpointer):
+class SQLHistoryCheckpointer(BlockingHistoryCheckpointer):
     """Threads in a SQL database: the history in side tables, tulip's keys as its projection.
 
     Made by :func:`~tulip_nb.memory.backends.postgresql_checkpointer` and
@@ -94,31 +144,17 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
             raise UserError(f"layout must be 'history' or 'tulip', got {layout!r}")
         self.layout = layout
         self.every = layout == "tulip"
-        self.sign = sign
         self.dialect = dialect
         self.backend = backend
         """The storage backend of tulip's table (raw keys: ``list_threads``, ``load``, ``vacuum`` of
         rows), sharing nothing with the history but the table; None when not given."""
         self.store = SQLHistory(dialect)
-        self._chains = ChainCache()
-        self._blobs = MessageBlobCache()
+        self._start(sign=sign)
         self._own: set[tuple[str, str]] = set()
         """(thread, checkpoint id) of records known to be tulip's own (see :meth:`_tulip`)."""
 
     def __repr__(self) -> str:
         return f"SQLHistoryCheckpointer({self.dialect.where!r}, layout={self.layout!r})"
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            search=True,
-            metadata_query=True,
-            vacuum=True,
-            branching=True,
-            list_threads=True,
-            list_with_metadata=True,
-            persistent_checkpoint_ids=True,
-        )
 
     # -- tulip's keys, inside a transaction ---------------------------------------------------
     def _index(self, conn: Conn, thread_id: str) -> list[IndexEntry]:
@@ -192,7 +228,7 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
                 got = self.store.load_in(conn, thread_id, cid)
                 assert got is not None
                 records[cid] = self._record(got.checkpoint)
-        self.dialect.kv_apply(conn, projection_ops(thread_id, current, tulip, want, records, frozenset(drop)))
+        self.dialect.kv_apply(conn, _projection_ops(thread_id, current, tulip, want, records, drop))
 
     def _row_info(self, conn: Conn, thread_id: str, cid: str) -> CheckpointInfo:
         got = self.store.load_in(conn, thread_id, cid)
@@ -239,47 +275,24 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
         state.messages = shared
 
     # -- save ---------------------------------------------------------------------------------
-    def _save_sync(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None,
-        metadata: dict[str, Any] | None,
-        expected_parent: str | None,
-    ) -> str:
-        validate_thread_id(thread_id)
-        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
-        check_checkpoint_id(cid, thread_id)
-        chain = self._chains.chain(thread_id, state.messages)
-        rest = state_rest(state)
+    def _save_sync(self, save: PendingSave) -> None:
+        thread_id = save.thread_id
 
         def txn(conn: Conn) -> None:
-            current = self._index(conn, thread_id)
-            tulip = self._tulip(conn, thread_id, current)
+            tulip = self._tulip(conn, thread_id, self._index(conn, thread_id))
             after = _info(tulip[0], thread_id) if tulip else None
-            plan = save_plan(
-                thread_id,
-                cid,
-                state,
-                metadata,
-                expected_parent,
-                chain,
-                rest,
-                blobs=self._blobs,
-                sign=self.sign,
-                after=after,
-            )
-            write = plan(self.store.latest_in(conn, thread_id))
+            write = save.plan(after)(self.store.latest_in(conn, thread_id))
             self.store.insert_in(conn, thread_id, write)
             if self.every or is_turn_end(write.metadata):
-                self._project(conn, thread_id, Checkpoint(cid, thread_id, write.created_at, state, write.metadata))
+                self._project(conn, thread_id, save.checkpoint(write))
 
         self.store.write_sync(txn)
-        self._chains.stored(thread_id, chain)
-        return cid
+
+    def _check_id(self, checkpoint_id: str, thread_id: str) -> None:
+        check_checkpoint_id(checkpoint_id, thread_id)
 
     def _put_sync(self, ckpt: Checkpoint) -> None:
-        check_checkpoint_id(ckpt.checkpoint_id, ckpt.thread_id)
+        self._check_id(ckpt.checkpoint_id, ckpt.thread_id)
         write = put_write(ckpt, self._chains)
 
         def txn(conn: Conn) -> None:
@@ -318,7 +331,7 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
         got = self.store.read_sync(txn)
         if isinstance(got, Checkpoint):
             return got
-        return loaded(self._chains, got)
+        return self._loaded(got)
 
     def _load_many_sync(
         self, thread_id: str, checkpoint_ids: list[str]
@@ -401,7 +414,7 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
             if checkpoint_ids is None:
                 cids = [r.checkpoint_id for r in self.store.rows_in(conn, thread_id)]
                 gone = self.store.drop_in(conn, thread_id, None) + len(tulip)
-                self.dialect.kv_apply(conn, projection_ops(thread_id, current, [], [], {}, frozenset(cids)))
+                self.dialect.kv_apply(conn, _projection_ops(thread_id, current, [], [], {}, cids))
                 return gone
             gone = self.store.drop_in(conn, thread_id, sorted(checkpoint_ids))
             gone += sum(1 for e in tulip if e.checkpoint_id in checkpoint_ids)
@@ -457,71 +470,12 @@ class SQLHistoryCheckpointer(InTreeCheckpointer):
 
         return self.store.write_sync(txn)
 
-    def _vacuum_sync(self, older_than_days: float) -> int:
-        choose = older_than(older_than_days)
-        return sum(self._rewrite_sync(thread_id, choose) for thread_id in sorted(self._all_infos_sync()))
-
-    # -- async contract -----------------------------------------------------------------------
-    async def save(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        *,
-        expected_parent: str | None = None,
-    ) -> str:
-        if not isinstance(state, AgentState):
-            raise TypeError(f"save(state, thread_id) takes an AgentState, got {type(state).__name__}")
-        return await self.store._run(self._save_sync, state, thread_id, checkpoint_id, metadata, expected_parent)
-
-    async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
-        await self.store._run(self._put_sync, validate_checkpoint(checkpoint))
-
-    async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
-        return await self.store._run(self._load_sync, thread_id, checkpoint_id)
-
-    async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
-        return await self.store._run(self._infos_sync, thread_id, limit)
-
-    async def load_checkpoints(
-        self, thread_id: str, checkpoint_ids: Sequence[str]
-    ) -> list[Checkpoint | CheckpointCorrupt | CheckpointNotFound]:
-        return await self.store._run(self._load_many_sync, thread_id, list(checkpoint_ids))
-
-    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        ids = None if checkpoint_id is None else {validate_checkpoint_id(checkpoint_id, thread_id)}
-        return bool(await self.store._run(self._delete_sync, thread_id, ids))
-
-    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
-        return await self.store._run(self._delete_sync, thread_id, set(checkpoint_ids))
-
-    async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
-        return await self.store._run(self._all_infos_sync)
+    # -- async contract (the rest: BlockingHistoryCheckpointer) -------------------------------
 
     async def _thread_ids(self) -> list[str]:
-        return await self.store._run(self._thread_ids_sync)
-
-    async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
-        return await self.store._run(self._copy_sync, source_thread_id, dest_thread_id)
-
-    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
-        validate_thread_id(thread_id)
-        return await self.store._run(
-            self._rewrite_sync, thread_id, lambda infos: plan_prune(infos, keep_last, keep_turn_ends)
-        )
-
-    async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
-        return await self.store._run(self._rewrite_sync, thread_id, lambda _infos: set(dropped)) if dropped else 0
-
-    async def vacuum(self, older_than_days: float = 30) -> int:
-        return await self.store._run(self._vacuum_sync, older_than_days)
+        return await self.store.run(self._thread_ids_sync)
 
     async def close(self) -> None:
         self.store.close_sync()
         if self.backend is not None:
             await self.backend.close()
-
-    def check_store(self) -> list[str]:
-        """The entries' reference counts and the rows' derived columns ([] when all is well)."""
-        return self.store.integrity_sync()

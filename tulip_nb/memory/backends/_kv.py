@@ -232,6 +232,26 @@ def remove_checkpoints(txn: Txn, thread_id: str, entries: list[IndexEntry], cids
     txn.put(index_key(thread_id), encode_index(keep))
 
 
+async def drop_checkpoints(kv: KVStore, thread_id: str, choose: Callable[[list[IndexEntry]], set[str]]) -> int:
+    """Drop ``choose(entries)`` of a thread in one transaction that re-links the survivors first
+    (a crash leaves all or nothing); how many went. A prune's and a vacuum's drop."""
+    ikey = index_key(thread_id)
+
+    async def body(txn: Txn) -> int:
+        entries = parse_index(await txn.get(ikey), where=f"{kv.backend_name}:{ikey}")
+        gone = choose(entries) & {e.checkpoint_id for e in entries}
+        if gone:
+            remove_checkpoints(txn, thread_id, await relink_survivors(txn, thread_id, entries, gone), gone)
+        return len(gone)
+
+    return await kv.transact(ikey, body)
+
+
+def created_before(cutoff: datetime) -> Callable[[list[IndexEntry]], set[str]]:
+    """What a vacuum drops of a thread: its checkpoints created before ``cutoff``."""
+    return lambda entries: {e.checkpoint_id for e in entries if e.created_at < cutoff}
+
+
 def thread_of(key: str) -> str:
     """The thread part of a layout key (checkpoint ids and suffixes hold no ``:``)."""
     return key.rpartition(":")[0]
@@ -455,27 +475,18 @@ class KVStore(ABC):
     async def vacuum(self, older_than_days: float = 30) -> int:
         """Delete what is older than ``older_than_days``; returns how many checkpoints and rows went.
 
-        Threads in tulip's layout lose their checkpoints older than the cutoff, with the index and
-        ``:latest`` kept consistent (a thread with none left disappears); other rows go when they
-        were last written before the cutoff (stores that keep write times: the SQL tables and
-        OpenSearch; Redis expires keys with TTLs instead). This is the raw backend's vacuum: it
-        deletes rows only, so a surviving checkpoint whose parent went verifies as
-        ``broken_chain``; the checkpointer's (``StorageBackendAdapter.vacuum``) re-links survivors.
+        Threads in tulip's layout keep the checkpointers' vacuum contract
+        (:class:`~tulip_nb.memory.backends._history_common.HistoryCheckpointer`): each thread
+        loses its checkpoints older than the cutoff in one transaction that re-links the survivors
+        (:func:`drop_checkpoints`), with the index and ``:latest`` kept consistent (a thread with none
+        left disappears). Beyond the contract, the raw backend also removes other rows last
+        written before the cutoff (stores that keep write times: the SQL tables and OpenSearch;
+        Redis expires keys with TTLs instead), and counts them in what it returns.
         """
         cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
         removed = 0
-        indexes = await self.index_keys()
-        for ikey in indexes:
-            tid = ikey[: -len(INDEX_SUFFIX)]
-
-            async def body(txn: Txn, tid: str = tid, ikey: str = ikey) -> int:
-                entries = parse_index(await txn.get(ikey), where=f"{self.backend_name}:{ikey}")
-                old = {e.checkpoint_id for e in entries if e.created_at < cutoff}
-                if old:
-                    remove_checkpoints(txn, tid, entries, old)
-                return len(old)
-
-            removed += await self.transact(ikey, body)
+        for ikey in await self.index_keys():
+            removed += await drop_checkpoints(self, ikey[: -len(INDEX_SUFFIX)], created_before(cutoff))
         live = set(await self.index_keys())
         loose = [
             k

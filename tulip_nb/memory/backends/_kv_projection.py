@@ -21,22 +21,16 @@ Pure functions of what the transaction read, so every store (Redis, SQL) project
 >>> [e.checkpoint_id for e in change.index], change.write, change.remove
 (['tulip-2', 'c2'], ['c2'], ['c1'])
 
-Two writers use it today, each through its own entry points (issue 31 folds them into one):
-the Redis store through :func:`wanted` / :func:`changes` / :func:`ops`, the SQL stores through
-:func:`tulips_own` / :func:`projection_ops` with records marked by :func:`mark_record`.
+Both writers use these three: the Redis store, and the SQL stores (which tell tulip's own
+checkpoints from the projections by a mark in the record, :mod:`._history_kv`).
 
->>> at2 = datetime(2026, 1, 1, tzinfo=UTC)
->>> ours2, theirs2 = IndexEntry("c1", at2), IndexEntry("t1", at2.replace(hour=1))
->>> [e.checkpoint_id for e in tulips_own("t", [theirs2, ours2], rows={"c1"}, marks={"t:t1": None})]
-['t1']
->>> ops2 = projection_ops("t", [theirs2, ours2], [theirs2], [IndexEntry("c2", at2.replace(hour=2))], {"c2": b"{}"})
->>> [type(op).__name__ for op in ops2]
-['Put', 'Delete', 'Copy', 'Put']
+>>> [type(op).__name__ for op in ops("t", change, {"c2": b"{}"}, index)]  # :latest stays tulip-2
+['Delete', 'Put', 'Put']
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence, Set
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -53,19 +47,8 @@ from tulip_nb.memory.backends._kv import (
     latest_key,
     record_key,
 )
-from tulip_nb.memory.history import PROJECTION_KEY
 
-__all__ = [
-    "Change",
-    "changes",
-    "foreign",
-    "mark_record",
-    "newest_first",
-    "ops",
-    "projection_ops",
-    "tulips_own",
-    "wanted",
-]
+__all__ = ["Change", "changes", "foreign", "newest_first", "ops", "wanted"]
 
 
 def newest_first(entries: Sequence[IndexEntry]) -> list[IndexEntry]:
@@ -109,6 +92,7 @@ def changes(
     drop_foreign: Collection[str] = (),
     foreign_metadata: Mapping[str, IndexEntry] | None = None,
     rewrite: Collection[str] = (),
+    refresh_latest: bool = False,
 ) -> Change:
     """The projection after a write, from tulip's index as read in the write's transaction.
 
@@ -121,6 +105,8 @@ def changes(
         foreign_metadata: tulip's checkpoints whose entry the write changes (a prune re-links them).
         rewrite: ids whose record must be written even when the index shows them as they are
             (a row saved again, a record found missing: a repair).
+        refresh_latest: write ``:latest`` even when its checkpoint and record are unchanged (a
+            writer that does not check it, and so always repairs it).
     """
     kept = [
         (foreign_metadata or {}).get(e.checkpoint_id, e)
@@ -135,14 +121,19 @@ def changes(
     latest = new[0].checkpoint_id if new else None
     before = index[0].checkpoint_id if index else None
     rewritten = set(write) | set(foreign_metadata or ())
-    return Change(new, write, remove, latest, latest != before or latest in rewritten)
+    return Change(new, write, remove, latest, refresh_latest or latest != before or latest in rewritten)
 
 
 def ops(thread_id: str, change: Change, records: Mapping[str, bytes], old_index: Sequence[IndexEntry]) -> list[Op]:
     """The writes of ``change``: ``records`` holds the bytes of every record in ``change.write``
-    (and of tulip's re-linked ones), written before ``:latest`` copies the newest."""
+    (and of tulip's re-linked ones), written before ``:latest`` copies the newest; each record's
+    save metadata goes with it (SQL's ``metadata`` column)."""
+    entries = {e.checkpoint_id: e for e in change.index}
     out: list[Op] = [Delete(record_key(thread_id, cid)) for cid in change.remove]
-    out += [Put(record_key(thread_id, cid), data) for cid, data in records.items()]
+    for cid, data in records.items():
+        entry = entries.get(cid)
+        meta = orjson.dumps(entry.metadata, option=orjson.OPT_NON_STR_KEYS) if entry is not None else b"{}"
+        out.append(Put(record_key(thread_id, cid), data, meta))
     if change.latest is None:
         out += [Delete(latest_key(thread_id)), Delete(index_key(thread_id))]
         return out
@@ -151,58 +142,3 @@ def ops(thread_id: str, change: Change, records: Mapping[str, bytes], old_index:
     if list(change.index) != list(old_index):
         out.append(Put(index_key(thread_id), encode_index(change.index)))
     return out
-
-
-def mark_record(record: bytes, checkpoint_id: str) -> bytes:
-    """A flattened record (:func:`~._kv.encode_record`) marked as the projection of ``checkpoint_id``."""
-    return record[:-1] + b',"' + PROJECTION_KEY.encode() + b'":' + orjson.dumps(checkpoint_id) + b"}"
-
-
-def tulips_own(
-    thread_id: str, entries: Sequence[IndexEntry], rows: Set[str], marks: Mapping[str, str | None]
-) -> list[IndexEntry]:
-    """The index entries a tulip agent wrote: not a row of the history, and a record that exists
-    and is not marked as the projection of its own id (``marks``: record key -> its mark, for the
-    records that exist). An entry whose record tulip already deleted is nobody's checkpoint."""
-    out = []
-    for e in entries:
-        if e.checkpoint_id in rows:
-            continue
-        key = record_key(thread_id, e.checkpoint_id)
-        if key in marks and marks[key] != e.checkpoint_id:
-            out.append(e)
-    return out
-
-
-def projection_ops(
-    thread_id: str,
-    current: Sequence[IndexEntry],
-    tulip: Sequence[IndexEntry],
-    want: Sequence[IndexEntry],
-    records: Mapping[str, bytes],
-    drop: Set[str] = frozenset(),
-) -> list[Op]:
-    """The key writes that make tulip's keys of ``thread_id`` show ``want`` beside ``tulip``'s own.
-
-    ``current``: the index as it is; ``want``: the projected checkpoints (index entries);
-    ``records``: checkpoint id -> the marked record to (re)write (the others of ``want`` are in
-    place); ``drop``: ids of projections known to be gone that the index may no longer list.
-    The index becomes ``want`` + ``tulip``, newest first; the records of projections no longer
-    wanted are deleted; ``:latest`` is a copy of the newest record (removed with the index when
-    nothing is left).
-    """
-    keep = {e.checkpoint_id for e in want} | {e.checkpoint_id for e in tulip}
-    index = newest_first([*want, *(e for e in tulip if e.checkpoint_id not in {w.checkpoint_id for w in want})])
-    ops: list[Op] = []
-    for e in want:
-        if e.checkpoint_id in records:
-            meta = orjson.dumps(e.metadata, option=orjson.OPT_NON_STR_KEYS)
-            ops.append(Put(record_key(thread_id, e.checkpoint_id), records[e.checkpoint_id], meta))
-    stale = ({e.checkpoint_id for e in current} | set(drop)) - keep
-    ops.extend(Delete(record_key(thread_id, cid)) for cid in sorted(stale))
-    if not index:
-        ops += [Delete(latest_key(thread_id)), Delete(index_key(thread_id))]
-        return ops
-    ops.append(Copy(record_key(thread_id, index[0].checkpoint_id), latest_key(thread_id)))
-    ops.append(Put(index_key(thread_id), encode_index(index)))
-    return ops

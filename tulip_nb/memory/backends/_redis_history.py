@@ -219,10 +219,6 @@ class RedisHistory(HistoryStore):
     async def _eval(self, r: Any, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return await r.eval(script, len(keys), *keys, *args)
 
-    async def _load_row(self, r: Any, thread_id: str, cid: str) -> StoredCheckpoint | None:
-        """One row, verified, read by ``r`` (inside a transaction: what its WATCH guards)."""
-        return self._verify.loaded(thread_id, cid, await self._eval(r, LOAD, self._load_keys(thread_id), [cid, "0"]))
-
     def _load_keys(self, thread_id: str) -> list[str]:
         k = self.keys
         return [k.rows(thread_id), k.rests(thread_id), k.order(thread_id), k.entries, k.line(thread_id)]

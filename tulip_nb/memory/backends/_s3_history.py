@@ -979,10 +979,6 @@ class S3History(HistoryStore):
         self._delete_quiet(old)
         return len(old)
 
-    def objects_sync(self) -> list[tuple[str, int]]:
-        """Every object of the history (key, size): what it stores."""
-        return [(o.key, o.size) for o in self.io.list_keys(self.root)]
-
     def close_sync(self) -> None:
         self._fetch.shutdown(wait=True)
 

@@ -20,7 +20,6 @@ from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 
 __all__ = [
     "LATEST",
-    "Head",
     "KeyKind",
     "ParsedKey",
     "ckpt_body",
@@ -46,18 +45,6 @@ class ParsedKey:
     thread_id: str
     kind: KeyKind
     checkpoint_id: str  # "" for _latest
-
-
-@dataclass(frozen=True)
-class Head:
-    """What ``_latest`` said when last read or written: the id, the object's ETag, the stamp."""
-
-    checkpoint_id: str
-    etag: str
-    created_at: datetime | None
-    stamped: bool = True
-    """False when the pointer carries no tulip_nb created-at stamp (tulip wrote it): tulip points
-    ``_latest`` by LastModified (1 s resolution), so such a pointer is checked against the listing."""
 
 
 def parse_key(key: str, prefix: str) -> ParsedKey | None:

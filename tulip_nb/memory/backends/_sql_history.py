@@ -179,7 +179,9 @@ class SQLHistory(HistoryStore):
     def exists(self) -> bool:
         return self.dialect.exists()
 
-    async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
+    async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` on the store's worker (:meth:`Dialect.run`): how a checkpointer runs its
+        synchronous transactions from async code."""
         return await self.dialect.run(fn, *args)
 
     def close_sync(self) -> None:
@@ -933,25 +935,25 @@ class SQLHistory(HistoryStore):
 
     # -- async primitives ---------------------------------------------------------------------
     async def save(self, thread_id: str, plan: SavePlanFn) -> Row:
-        return (await self._run(self.save_sync, thread_id, plan))[0]
+        return (await self.run(self.save_sync, thread_id, plan))[0]
 
     async def load(self, thread_id: str, checkpoint_id: str | None = None) -> StoredCheckpoint | None:
-        return await self._run(self.load_sync, thread_id, checkpoint_id)
+        return await self.run(self.load_sync, thread_id, checkpoint_id)
 
     async def rows(self, thread_id: str, limit: int | None = None) -> list[Row]:
-        return await self._run(self.rows_sync, thread_id, limit)
+        return await self.run(self.rows_sync, thread_id, limit)
 
     async def all_rows(self) -> dict[str, list[Row]]:
-        return await self._run(self.all_rows_sync)
+        return await self.run(self.all_rows_sync)
 
     async def copy(self, source: str, dest: str, metadata: Callable[[Row], dict[str, Any]]) -> int:
-        return await self._run(self.copy_sync, source, dest, metadata)
+        return await self.run(self.copy_sync, source, dest, metadata)
 
     async def rewrite(self, thread_id: str, plan: RewritePlanFn) -> int:
-        return await self._run(self.rewrite_sync, thread_id, plan)
+        return await self.run(self.rewrite_sync, thread_id, plan)
 
     async def delete_thread(self, thread_id: str) -> int:
-        return await self._run(self.delete_sync, thread_id, None)
+        return await self.run(self.delete_sync, thread_id, None)
 
     def integrity_sync(self) -> list[str]:
         """The engine's own check plus the entry reference counts; [] when all is well."""

@@ -146,10 +146,6 @@ class ServerDialect(Dialect):
     def kv_apply(self, conn: Conn, ops: Sequence[Op]) -> None:
         """Write ``ops`` (Put / Copy / Delete), in order."""
 
-    @abstractmethod
-    def side_tables(self) -> list[str]:
-        """The quoted names of the history's tables (for sizes, drops)."""
-
     # -- pool ---------------------------------------------------------------------------------
     def _acquire(self) -> Any:
         if self._pid != os.getpid():  # a forked child: the parent's sockets are not ours
@@ -371,9 +367,6 @@ class PostgresDialect(ServerDialect):
     def _translate(self, sql: str) -> str:
         out = re.sub(r"\b(entries|checkpoints)\b", lambda m: self._names[m.group(1)], sql)
         return out.replace("?", "%s")
-
-    def side_tables(self) -> list[str]:
-        return [self.entries, self.rows, self.lock]
 
     # -- tulip's table ------------------------------------------------------------------------
     def kv_get_many(self, conn: Conn, keys: Sequence[str]) -> dict[str, bytes]:
@@ -606,9 +599,6 @@ class MySQLDialect(ServerDialect):
     def _translate(self, sql: str) -> str:
         out = re.sub(r"\b(entries|checkpoints)\b", lambda m: self._names[m.group(1)], sql)
         return out.replace("?", "%s")
-
-    def side_tables(self) -> list[str]:
-        return [self.entries, self.rows, self.lock]
 
     # -- tulip's table ------------------------------------------------------------------------
     def kv_get_many(self, conn: Conn, keys: Sequence[str]) -> dict[str, bytes]:

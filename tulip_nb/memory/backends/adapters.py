@@ -62,8 +62,9 @@ import orjson
 
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
 from tulip_nb.core.state import AgentState, state_json_bytes
-from tulip_nb.memory._envelope import info_row, matches_pattern, metadata_matches, search_hit, search_state
+from tulip_nb.memory._envelope import info_row, metadata_matches, search_hit, search_state
 from tulip_nb.memory._pools import PerLoop
+from tulip_nb.memory.backends._base import InTreeCheckpointer
 from tulip_nb.memory.backends._kv import (
     INDEX_SUFFIX,
     Copy,
@@ -73,14 +74,15 @@ from tulip_nb.memory.backends._kv import (
     Put,
     Txn,
     check_checkpoint_id,
+    created_before,
     decode_record,
+    drop_checkpoints,
     encode_index,
     encode_record,
     index_key,
     latest_key,
     parse_index,
     record_key,
-    relink_survivors,
     remove_checkpoints,
     set_record_metadata,
 )
@@ -213,7 +215,7 @@ class _ForeignKV(KVStore):
             await _call(close)
 
 
-class StorageBackendAdapter(BaseCheckpointer):
+class StorageBackendAdapter(InTreeCheckpointer):
     """A :class:`BaseCheckpointer` over a storage backend (see the module docstring).
 
     ``backend`` is one of tulip_nb's storage backends (their server-side transactions are used),
@@ -368,30 +370,12 @@ class StorageBackendAdapter(BaseCheckpointer):
             raise CheckpointNotFound("no such checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id)
         return self._decode(raw, key, thread_id, None)
 
-    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
-        ckpt = await self.load_checkpoint(thread_id, checkpoint_id)
-        return ckpt.state if ckpt else None
-
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         validate_thread_id(thread_id)
         return [
             CheckpointInfo(e.checkpoint_id, thread_id, e.created_at, dict(e.metadata))
             for e in (await self._index(thread_id))[:limit]
         ]
-
-    async def list_checkpoints(self, thread_id: str, limit: int | None = 10) -> list[str]:
-        return [i.checkpoint_id for i in await self.list_checkpoint_infos(thread_id, limit)]
-
-    async def latest_checkpoint_id(self, thread_id: str) -> str | None:
-        ids = await self.list_checkpoints(thread_id, limit=1)
-        return ids[0] if ids else None
-
-    async def exists(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        validate_thread_id(thread_id)
-        entries = await self._index(thread_id)
-        if checkpoint_id is None:
-            return bool(entries)
-        return any(e.checkpoint_id == checkpoint_id for e in entries)
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
         validate_thread_id(thread_id)
@@ -418,33 +402,16 @@ class StorageBackendAdapter(BaseCheckpointer):
         prefix_len = len(INDEX_SUFFIX)
         return sorted(k[:-prefix_len] for k in await self._kv.index_keys())
 
-    async def list_threads(self, limit: int | None = 100, pattern: str = "*") -> list[str]:
-        self._require("list_threads", "list_threads")
-        return [t for t in await self._thread_ids() if matches_pattern(t, pattern)][:limit]
-
-    async def _latest_infos(self) -> list[CheckpointInfo]:
+    async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
+        """Every thread's index (one read of all of them), newest first."""
         tids = await self._thread_ids()
         raws = await self._kv.get_many([index_key(t) for t in tids])
-        out = []
+        out = {}
         for tid, raw in zip(tids, raws, strict=True):
             entries = parse_index(raw, where=self._where(index_key(tid)))
             if entries:
-                e = entries[0]
-                out.append(CheckpointInfo(e.checkpoint_id, tid, e.created_at, dict(e.metadata)))
+                out[tid] = [CheckpointInfo(e.checkpoint_id, tid, e.created_at, dict(e.metadata)) for e in entries]
         return out
-
-    async def list_with_metadata(self, limit: int | None = 100) -> list[dict[str, Any]]:
-        self._require("list_with_metadata", "list_with_metadata")
-        infos = sorted(await self._latest_infos(), key=lambda i: i.created_at, reverse=True)
-        return [info_row(i) for i in infos[:limit]]
-
-    async def get_metadata(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any] | None:
-        self._require("metadata_query", "get_metadata")
-        validate_thread_id(thread_id)
-        for e in await self._index(thread_id):
-            if checkpoint_id in (None, e.checkpoint_id):
-                return dict(e.metadata)
-        return None
 
     async def query_by_metadata(self, key: str, value: Any, limit: int | None = 100) -> list[dict[str, Any]]:
         self._require("metadata_query", "query_by_metadata")
@@ -477,34 +444,11 @@ class StorageBackendAdapter(BaseCheckpointer):
             return int(await _call(self._kv.own_vacuum, older_than_days))  # the backend's own guarantee
         self._require("vacuum", "vacuum")
         cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
-        removed = 0
-        for tid in await self._thread_ids():
-            ikey = index_key(tid)
-
-            async def body(txn: Txn, tid: str = tid, ikey: str = ikey) -> int:
-                entries = parse_index(await txn.get(ikey), where=self._where(ikey))
-                old = {e.checkpoint_id for e in entries if e.created_at < cutoff}
-                if old:
-                    remove_checkpoints(txn, tid, await relink_survivors(txn, tid, entries, old), old)
-                return len(old)
-
-            removed += await self._kv.transact(ikey, body)
-        return removed
+        return sum([await drop_checkpoints(self._kv, tid, created_before(cutoff)) for tid in await self._thread_ids()])
 
     async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
         """One transaction: re-link the survivors, remove ``dropped`` (a crash leaves all or nothing)."""
-        if not dropped:
-            return 0
-        ikey = index_key(thread_id)
-
-        async def body(txn: Txn) -> int:
-            entries = parse_index(await txn.get(ikey), where=self._where(ikey))
-            gone = dropped & {e.checkpoint_id for e in entries}
-            if gone:
-                remove_checkpoints(txn, thread_id, await relink_survivors(txn, thread_id, entries, gone), gone)
-            return len(gone)
-
-        return await self._kv.transact(ikey, body)
+        return await drop_checkpoints(self._kv, thread_id, lambda _entries: set(dropped)) if dropped else 0
 
     async def copy_thread(self, source_thread_id: str, dest_thread_id: str) -> bool:
         validate_thread_id(source_thread_id)

@@ -52,7 +52,6 @@ import contextlib
 import fcntl
 import os
 import shutil
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +62,7 @@ import orjson
 from tulip_nb._sync import run_sync
 from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound, UserError
 from tulip_nb.core.keys import MIRROR_KEY
-from tulip_nb.memory.backends._history_dir import NOFOLLOW, is_turn_end, safe_name
+from tulip_nb.memory.backends._history_dir import NOFOLLOW, is_stale_temp, is_turn_end, safe_name
 from tulip_nb.memory.backends._legacy_delta import COPY_PREFIX, DOT_FILES, LOCK_NAME, TRASH_PREFIX, Entry, LegacyStore
 from tulip_nb.memory.checkpointer import Checkpoint
 from tulip_nb.memory.history import PROJECTION_KEY
@@ -80,7 +79,6 @@ Status = Literal["converted", "already", "pending", "refused"]
 
 _MARKS = frozenset((MIRROR_KEY, PROJECTION_KEY))
 """Envelope keys that are marks of a layout, not data: not extras the history would lose."""
-_STALE_TMP_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -362,22 +360,6 @@ def _remove_tree(path: Path) -> bool:
     return not os.path.lexists(path)
 
 
-def _stale_tmp(directory: Path, name: str) -> bool:
-    """A temp file ``.<name>.<pid>.<tid>.tmp`` the old release's writer left for good (its pid is
-    gone, or it is older than an hour); the history layout's temp files (a random hex, no pid)
-    are never one."""
-    parts = name.split(".")
-    if not (name.startswith(".") and name.endswith(".tmp") and len(parts) >= 4 and parts[-3].isdigit()):
-        return False
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(int(parts[-3]), 0)
-        try:
-            return time.time() - os.lstat(directory / name).st_mtime > _STALE_TMP_SECONDS
-        except OSError:
-            return False
-    return True
-
-
 def _tidy(old: LegacyStore, directory: Path, thread_id: str) -> int:
     """Remove a directory's bookkeeping once no old data of any thread is left in it."""
     if not os.path.isdir(directory) or old.logs_in(directory) or old.has_tulip_nb_envelopes(directory):
@@ -390,7 +372,7 @@ def _tidy(old: LegacyStore, directory: Path, thread_id: str) -> int:
         path = directory / name
         if name in DOT_FILES or name.startswith((TRASH_PREFIX, COPY_PREFIX)):
             removed += _remove_tree(path)
-        elif _stale_tmp(directory, name):
+        elif is_stale_temp(directory, name, writes_locked=False):
             removed += _remove(path)
         else:
             continue

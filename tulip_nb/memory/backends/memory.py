@@ -16,42 +16,28 @@ coroutines and threads see every save, copy, prune and delete whole or not at al
 
 from __future__ import annotations
 
-from typing import Any
-
-from tulip_nb.core.state import AgentState, MessageBlobCache
-from tulip_nb.memory.backends._base import InTreeCheckpointer
 from tulip_nb.memory.backends._dict_history import DictHistory
 from tulip_nb.memory.backends._history_common import (
     Choose,
+    HistoryCheckpointer,
+    PendingSave,
     copied_metadata,
-    loaded,
-    older_than,
     put_write,
     rewrite_plan,
-    save_plan,
 )
-from tulip_nb.memory.checkpointer import (
-    Capabilities,
-    Checkpoint,
-    CheckpointInfo,
-    new_checkpoint_id,
-    validate_checkpoint,
-    validate_checkpoint_id,
-    validate_thread_id,
-)
-from tulip_nb.memory.history import ChainCache, state_rest
-from tulip_nb.memory.retention import plan_prune
+from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo, validate_checkpoint, validate_thread_id
 
 __all__ = ["MemoryCheckpointer"]
 
 
-class MemoryCheckpointer(InTreeCheckpointer):
+class MemoryCheckpointer(HistoryCheckpointer):
     """Keeps every checkpoint of every thread in this process's memory.
 
     A thread is a sequence of checkpoints (one per save); a checkpoint is the whole
     :class:`~tulip_nb.core.AgentState` as it was then. Here the messages are stored once however
     often they are saved, so keeping every checkpoint of a long conversation is cheap; ``sign``
-    (on by default) adds the hash chain :func:`~tulip_nb.memory.integrity.verify_thread` checks.
+    (on by default, unlike the persisted stores: see docs/signing-and-integrity.md) adds the hash
+    chain :func:`~tulip_nb.memory.integrity.verify_thread` checks.
 
     >>> import asyncio
     >>> from tulip_nb.core import AgentState, Message
@@ -61,50 +47,15 @@ class MemoryCheckpointer(InTreeCheckpointer):
     'hi'
     """
 
-    def __init__(self, *, sign: bool = True) -> None:
-        self.sign = sign
-        self.store = DictHistory()
-        self._chains = ChainCache()
-        self._blobs = MessageBlobCache()
+    persistent_checkpoint_ids = False
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            search=True,
-            metadata_query=True,
-            vacuum=True,
-            branching=True,
-            list_threads=True,
-            list_with_metadata=True,
-        )
+    def __init__(self, *, sign: bool = True) -> None:
+        self.store = DictHistory()
+        self._start(sign=sign)
 
     # -- contract -----------------------------------------------------------------------------
-    async def save(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        *,
-        expected_parent: str | None = None,
-    ) -> str:
-        validate_thread_id(thread_id)
-        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
-        chain = self._chains.chain(thread_id, state.messages)
-        plan = save_plan(
-            thread_id,
-            cid,
-            state,
-            metadata,
-            expected_parent,
-            chain,
-            state_rest(state),
-            blobs=self._blobs,
-            sign=self.sign,
-        )
-        self.store.save_sync(thread_id, plan)
-        self._chains.stored(thread_id, chain)
-        return cid
+    async def _save_row(self, save: PendingSave) -> None:
+        self.store.save_sync(save.thread_id, save.plan())
 
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
         write = put_write(validate_checkpoint(checkpoint), self._chains)
@@ -113,21 +64,14 @@ class MemoryCheckpointer(InTreeCheckpointer):
 
     async def load_checkpoint(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
         validate_thread_id(thread_id)
-        return loaded(self._chains, self.store.load_sync(thread_id, checkpoint_id))
+        return self._loaded(self.store.load_sync(thread_id, checkpoint_id))
 
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         validate_thread_id(thread_id)
         return [r.info for r in self.store.rows_sync(thread_id, limit)]
 
-    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        validate_thread_id(thread_id)
-        if checkpoint_id is None:
-            self._chains.forget(thread_id)
-            return self.store.delete_sync(thread_id, None) > 0
-        return self.store.delete_sync(thread_id, [checkpoint_id]) > 0
-
-    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
-        return self.store.delete_sync(thread_id, sorted(checkpoint_ids))
+    async def _delete_rows(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
+        return self.store.delete_sync(thread_id, None if checkpoint_ids is None else sorted(checkpoint_ids))
 
     # -- capabilities (the scans are derived in InTreeCheckpointer) ---------------------------
     async def _scan_infos(self) -> dict[str, list[CheckpointInfo]]:
@@ -143,20 +87,9 @@ class MemoryCheckpointer(InTreeCheckpointer):
         return True
 
     # -- retention: each a drop and a re-link in one critical section ---------------------------
-    def _rewrite(self, thread_id: str, choose: Choose) -> int:
+    async def _rewrite(self, thread_id: str, choose: Choose) -> int:
         plan, _ = rewrite_plan(choose)
         return self.store.rewrite_sync(thread_id, plan)
-
-    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
-        validate_thread_id(thread_id)
-        return self._rewrite(thread_id, lambda infos: plan_prune(infos, keep_last, keep_turn_ends))
-
-    async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
-        return self._rewrite(thread_id, lambda _infos: set(dropped)) if dropped else 0
-
-    async def vacuum(self, older_than_days: float = 30) -> int:
-        choose = older_than(older_than_days)
-        return sum(self._rewrite(tid, choose) for tid in self.store.threads_sync())
 
     def __repr__(self) -> str:
         return f"MemoryCheckpointer(threads={len(self.store)})"

@@ -22,41 +22,35 @@ RedisHistoryCheckpointer(url='redis://127.0.0.1:6379/15', prefix='docs:', layout
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, UserError
-from tulip_nb.core.state import AgentState, MessageBlobCache
-from tulip_nb.memory.backends._base import InTreeCheckpointer
 from tulip_nb.memory.backends._history_common import (
     Choose,
+    HistoryCheckpointer,
+    PendingSave,
     copied_metadata,
-    loaded,
-    older_than,
     put_write,
     rewrite_plan,
-    save_plan,
 )
 from tulip_nb.memory.backends._kv import check_checkpoint_id
 from tulip_nb.memory.backends._redis_history import RedisHistory
 from tulip_nb.memory.backends.redis import RedisBackend
 from tulip_nb.memory.checkpointer import (
-    Capabilities,
     Checkpoint,
     CheckpointInfo,
-    new_checkpoint_id,
     validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
-from tulip_nb.memory.history import ChainCache, Rewrite, StoredCheckpoint, state_rest
-from tulip_nb.memory.retention import plan_prune
+from tulip_nb.memory.history import Rewrite, StoredCheckpoint
 
 __all__ = ["RedisHistoryCheckpointer"]
 
 Layout = Literal["history", "tulip"]
 
 
-class RedisHistoryCheckpointer(InTreeCheckpointer):
+class RedisHistoryCheckpointer(HistoryCheckpointer):
     """Threads on Redis in the history model (module docstring); tulip's keys kept as a projection.
 
     Args:
@@ -82,54 +76,23 @@ class RedisHistoryCheckpointer(InTreeCheckpointer):
             )
         self.backend = backend
         self.layout = layout
-        self.sign = sign
         self.store = RedisHistory(backend, project="every" if layout == "tulip" else "latest")
-        self._chains = ChainCache()
-        self._blobs = MessageBlobCache()
+        self._start(sign=sign)
 
     def __repr__(self) -> str:
         b = self.backend
         return f"RedisHistoryCheckpointer(url={b.url!r}, prefix={b.prefix!r}, layout={self.layout!r})"
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            search=True,
-            metadata_query=True,
-            vacuum=True,
-            branching=True,
-            list_threads=True,
-            list_with_metadata=True,
-            persistent_checkpoint_ids=True,
-        )
-
     # -- contract -----------------------------------------------------------------------------
-    async def save(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        *,
-        expected_parent: str | None = None,
-    ) -> str:
-        if not isinstance(state, AgentState):
-            raise TypeError(f"save(state, thread_id) takes an AgentState, got {type(state).__name__}")
-        validate_thread_id(thread_id)
-        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
-        check_checkpoint_id(cid, thread_id)
-        chain = self._chains.chain(thread_id, state.messages)
-        rest = state_rest(state)
-        plan = save_plan(
-            thread_id, cid, state, metadata, expected_parent, chain, rest, blobs=self._blobs, sign=self.sign
-        )
-        await self.store.save(thread_id, plan)
-        self._chains.stored(thread_id, chain)
-        return cid
+    async def _save_row(self, save: PendingSave) -> None:
+        await self.store.save(save.thread_id, save.plan())
+
+    def _check_id(self, checkpoint_id: str, thread_id: str) -> None:
+        check_checkpoint_id(checkpoint_id, thread_id)
 
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
         ckpt = validate_checkpoint(checkpoint)
-        check_checkpoint_id(ckpt.checkpoint_id, ckpt.thread_id)
+        self._check_id(ckpt.checkpoint_id, ckpt.thread_id)
         write = put_write(ckpt, self._chains)
         await self.store.save(ckpt.thread_id, lambda _latest: write)
         self._chains.stored(ckpt.thread_id, write.chain)
@@ -138,10 +101,10 @@ class RedisHistoryCheckpointer(InTreeCheckpointer):
         validate_thread_id(thread_id)
         if checkpoint_id is None:
             got = await self.store.load_latest(thread_id)
-            return loaded(self._chains, got) if isinstance(got, StoredCheckpoint) or got is None else got
+            return self._loaded(got) if isinstance(got, StoredCheckpoint) or got is None else got
         cid = validate_checkpoint_id(checkpoint_id, thread_id)
         try:
-            return loaded(self._chains, await self.store.load(thread_id, cid))
+            return self._loaded(await self.store.load(thread_id, cid))
         except CheckpointNotFound:
             return await self.store.load_foreign(thread_id, cid)  # one of tulip's own, or NotFound
 
@@ -158,15 +121,9 @@ class RedisHistoryCheckpointer(InTreeCheckpointer):
         validate_thread_id(thread_id)
         return await self.store.infos(thread_id, limit)
 
-    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        validate_thread_id(thread_id)
-        if checkpoint_id is None:
-            self._chains.forget(thread_id)
-            return await self.store.delete_thread(thread_id) > 0
-        cid = validate_checkpoint_id(checkpoint_id, thread_id)
-        return await self._delete_checkpoints(thread_id, {cid}) > 0
-
-    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
+    async def _delete_rows(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
+        if checkpoint_ids is None:
+            return await self.store.delete_thread(thread_id)
         drop = frozenset(checkpoint_ids)
         return await self.store.rewrite(thread_id, lambda _infos: Rewrite(drop=drop))
 
@@ -209,17 +166,6 @@ class RedisHistoryCheckpointer(InTreeCheckpointer):
     async def _rewrite(self, thread_id: str, choose: Choose) -> int:
         plan, _ = rewrite_plan(choose)
         return await self.store.rewrite(thread_id, plan)
-
-    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
-        validate_thread_id(thread_id)
-        return await self._rewrite(thread_id, lambda infos: plan_prune(infos, keep_last, keep_turn_ends))
-
-    async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
-        return await self._rewrite(thread_id, lambda _infos: set(dropped)) if dropped else 0
-
-    async def vacuum(self, older_than_days: float = 30) -> int:
-        choose = older_than(older_than_days)
-        return sum([await self._rewrite(tid, choose) for tid in await self._thread_ids()])
 
     async def check_mirror(self, thread_id: str) -> list[str]:
         """Problems with tulip's keys of the thread, the projection ([]: none); ``tulip-nb verify``

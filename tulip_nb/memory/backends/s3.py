@@ -57,17 +57,16 @@ from typing import Any, Literal, TypeVar
 
 from tulip_nb.core import iso_offset
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, InvalidThreadId, UserError
-from tulip_nb.core.state import AgentState, MessageBlobCache, state_json_parts
-from tulip_nb.memory.backends._base import InTreeCheckpointer, newest_first
+from tulip_nb.core.state import state_json_parts
+from tulip_nb.memory.backends._base import newest_first
 from tulip_nb.memory.backends._history_common import (
     Choose,
+    HistoryCheckpointer,
+    PendingSave,
     copied_metadata,
-    loaded,
     newest,
-    older_than,
     put_write,
     rewrite_plan,
-    save_plan,
 )
 from tulip_nb.memory.backends._history_dir import is_turn_end
 from tulip_nb.memory.backends._s3_layout import (
@@ -82,16 +81,12 @@ from tulip_nb.memory.backends._s3_layout import (
 )
 from tulip_nb.memory.backends._s3_records import thread_key
 from tulip_nb.memory.checkpointer import (
-    Capabilities,
     Checkpoint,
     CheckpointInfo,
-    new_checkpoint_id,
     validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
 )
-from tulip_nb.memory.history import ChainCache, StoredCheckpoint, state_rest
-from tulip_nb.memory.retention import plan_prune
 
 __all__ = ["S3Backend", "s3_checkpointer"]
 
@@ -112,7 +107,7 @@ def default_history_prefix(prefix: str) -> str:
     return f"{prefix[:-1]}.history/" if prefix else "tulip_nb.history/"
 
 
-class S3Backend(InTreeCheckpointer):
+class S3Backend(HistoryCheckpointer):
     """Checkpoints in an S3 bucket: the history model, projected as tulip's layout (module docstring).
 
     Args:
@@ -170,7 +165,6 @@ class S3Backend(InTreeCheckpointer):
                 " (tulip lists, copies and vacuums everything under its prefix)"
             )
         self.bucket = bucket
-        self.sign = sign
         self.prefix = prefix
         self.layout = layout
         self.every = layout == "tulip"
@@ -200,8 +194,7 @@ class S3Backend(InTreeCheckpointer):
             weakref.WeakKeyDictionary()
         )
         self._infos: dict[str, tuple[str, CheckpointInfo, str | None]] = {}  # meta key -> (etag, info, mark)
-        self._chains = ChainCache()
-        self._blobs = MessageBlobCache()
+        self._start(sign=sign)
         self._repaired: set[str] = set()
         self._failed: set[str] = set()  # threads whose projection write just failed (repaired when next touched)
         self._closed = False
@@ -210,19 +203,6 @@ class S3Backend(InTreeCheckpointer):
         where = f", endpoint_url={self.endpoint_url!r}" if self.endpoint_url else ""
         return f"S3Backend(bucket={self.bucket!r}, prefix={self.prefix!r}, layout={self.layout!r}{where})"
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            search=True,
-            metadata_query=True,
-            vacuum=True,
-            branching=True,
-            list_threads=True,
-            list_with_metadata=True,
-            persistent_checkpoint_ids=True,
-        )
-
-    # -- plumbing -----------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         if self._closed:
             raise RuntimeError("S3Backend is closed")
@@ -423,42 +403,17 @@ class S3Backend(InTreeCheckpointer):
             await self._sync_projection(thread_id, repair=True)
 
     # -- contract -----------------------------------------------------------------------------
-    async def save(
-        self,
-        state: AgentState,
-        thread_id: str,
-        checkpoint_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        *,
-        expected_parent: str | None = None,
-    ) -> str:
-        validate_thread_id(thread_id)
-        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
-        self._key(thread_id, cid, ".meta.json")  # refuse an id S3 cannot hold before anything is written
+    async def _save_row(self, save: PendingSave) -> None:
+        thread_id = save.thread_id
         async with self._lock(thread_id):
             await self._repair(thread_id)
             envs = await self._envelopes(thread_id)
             tulip = [info for info, ours in envs.values() if not ours]
             tulip_latest = max(tulip, key=lambda i: (i.created_at, i.checkpoint_id), default=None)
-            chain = self._chains.chain(thread_id, state.messages)
-            plan = save_plan(
-                thread_id,
-                cid,
-                state,
-                metadata,
-                expected_parent,
-                chain,
-                state_rest(state),
-                blobs=self._blobs,
-                sign=self.sign,
-                after=tulip_latest,
-            )
-            _, write = await self._run(self.store.save_sync, thread_id, plan)
-            self._chains.stored(thread_id, chain)
+            _, write = await self._run(self.store.save_sync, thread_id, save.plan(tulip_latest))
+            self._chains.stored(thread_id, save.chain)
             if self.every or is_turn_end(write.metadata):
-                saved = Checkpoint(cid, thread_id, write.created_at, state, write.metadata)
-                await self._after_commit(thread_id, self._project_saved(saved))
-        return cid
+                await self._after_commit(thread_id, self._project_saved(save.checkpoint(write)))
 
     async def _after_commit(self, thread_id: str, projection: Awaitable[None]) -> None:
         """Write the projection after the history committed. A failure is a warning, not a failed
@@ -480,7 +435,7 @@ class S3Backend(InTreeCheckpointer):
     async def put_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Write a checkpoint verbatim (see :meth:`BaseCheckpointer.put_checkpoint`)."""
         ckpt = validate_checkpoint(checkpoint)
-        self._key(ckpt.thread_id, ckpt.checkpoint_id, ".meta.json")
+        self._check_id(ckpt.checkpoint_id, ckpt.thread_id)
         async with self._lock(ckpt.thread_id):
             write = put_write(ckpt, self._chains)
             await self._run(self.store.save_sync, ckpt.thread_id, lambda _latest: write)
@@ -508,9 +463,6 @@ class S3Backend(InTreeCheckpointer):
                 continue  # deleted meanwhile (tulip removing an interrupted turn's checkpoint)
         return self._loaded(stored)
 
-    def _loaded(self, stored: StoredCheckpoint | None) -> Checkpoint | None:
-        return loaded(self._chains, stored)
-
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         validate_thread_id(thread_id)
         rows, foreign = await asyncio.gather(self._run(self.store.rows_sync, thread_id), self._foreign(thread_id))
@@ -521,9 +473,11 @@ class S3Backend(InTreeCheckpointer):
             infos = newest_first(infos + extra)
         return infos if limit is None else infos[: max(limit, 0)]
 
-    async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        validate_thread_id(thread_id)
-        if checkpoint_id is None:
+    def _check_id(self, checkpoint_id: str, thread_id: str) -> None:
+        self._key(thread_id, checkpoint_id, ".meta.json")  # refuse an id S3 cannot hold before anything is written
+
+    async def _delete_rows(self, thread_id: str, checkpoint_ids: set[str] | None) -> int:
+        if checkpoint_ids is None:
             async with self._lock(thread_id):
                 gone = await self._run(self.store.delete_sync, thread_id, None)
                 listed = await self._run(lambda: list(self._io.list_keys(self._dir(thread_id), delimiter="/")))
@@ -535,12 +489,9 @@ class S3Backend(InTreeCheckpointer):
                     self._infos.pop(k, None)
                 self._chains.forget(thread_id)
                 self._repaired.discard(thread_id)
-                return bool(gone) or had
-        cid = validate_checkpoint_id(checkpoint_id, thread_id)
-        self._key(thread_id, cid)
-        return await self._delete_checkpoints(thread_id, {cid}) > 0
-
-    async def _delete_checkpoints(self, thread_id: str, checkpoint_ids: set[str]) -> int:
+                return int(gone) or int(had)
+        for cid in checkpoint_ids:
+            self._key(thread_id, cid)
         async with self._lock(thread_id):
             gone = await self._run(self.store.delete_sync, thread_id, sorted(checkpoint_ids))
             foreign = await self._foreign(thread_id)
@@ -628,17 +579,6 @@ class S3Backend(InTreeCheckpointer):
             gone += await self._unlink(thread_id, [i.checkpoint_id for i in dropped])
             await self._after_commit(thread_id, self._sync_projection(thread_id))
             return int(gone)
-
-    async def prune(self, thread_id: str, keep_last: int | None = None, keep_turn_ends: bool = True) -> int:
-        validate_thread_id(thread_id)
-        return await self._rewrite(thread_id, lambda infos: plan_prune(infos, keep_last, keep_turn_ends))
-
-    async def _drop(self, thread_id: str, infos: list[CheckpointInfo], dropped: set[str]) -> int:
-        return await self._rewrite(thread_id, lambda _infos: set(dropped)) if dropped else 0
-
-    async def vacuum(self, older_than_days: float = 30) -> int:
-        choose = older_than(older_than_days)
-        return sum([await self._rewrite(tid, choose) for tid in sorted(await self._thread_ids())])
 
     # -- retention of tulip's objects ---------------------------------------------------------
     async def configure_lifecycle(

@@ -37,10 +37,10 @@ import orjson
 from tulip_nb.core import parse_datetime, utcnow
 from tulip_nb.core.errors import BackendUnavailable, CheckpointConflict, CheckpointNotFound, UserError
 from tulip_nb.core.state import AgentState, state_json_bytes
-from tulip_nb.memory._envelope import info_row, matches_pattern, state_from_obj
+from tulip_nb.memory._envelope import info_row, state_from_obj
 from tulip_nb.memory._pools import PoolPerLoop
+from tulip_nb.memory.backends._base import InTreeCheckpointer
 from tulip_nb.memory.checkpointer import (
-    BaseCheckpointer,
     Capabilities,
     Checkpoint,
     CheckpointInfo,
@@ -88,7 +88,7 @@ def _json_obj(raw: Any) -> Any:
     return orjson.loads(raw) if isinstance(raw, str | bytes) else raw
 
 
-class TulipPgCheckpointer(BaseCheckpointer):
+class TulipPgCheckpointer(InTreeCheckpointer):
     """tulip's ``PgCheckpointer`` table as a tulip_nb checkpointer (see the module docstring).
 
     Args:
@@ -325,10 +325,6 @@ class TulipPgCheckpointer(BaseCheckpointer):
         meta = _json_obj(row["metadata"]) or {}
         return Checkpoint(row["checkpoint_id"], thread_id, row["created_at"], state, dict(meta))
 
-    async def load(self, thread_id: str, checkpoint_id: str | None = None) -> AgentState | None:
-        ckpt = await self.load_checkpoint(thread_id, checkpoint_id)
-        return ckpt.state if ckpt else None
-
     async def list_checkpoint_infos(self, thread_id: str, limit: int | None = 10) -> list[CheckpointInfo]:
         validate_thread_id(thread_id)
         async with self._tx(thread_id) as (conn, tenant):
@@ -343,13 +339,6 @@ class TulipPgCheckpointer(BaseCheckpointer):
             CheckpointInfo(r["checkpoint_id"], thread_id, r["created_at"], dict(_json_obj(r["metadata"]) or {}))
             for r in rows
         ]
-
-    async def list_checkpoints(self, thread_id: str, limit: int | None = 10) -> list[str]:
-        return [i.checkpoint_id for i in await self.list_checkpoint_infos(thread_id, limit)]
-
-    async def exists(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
-        infos = await self.list_checkpoint_infos(thread_id, limit=None)
-        return bool(infos) if checkpoint_id is None else any(i.checkpoint_id == checkpoint_id for i in infos)
 
     async def delete(self, thread_id: str, checkpoint_id: str | None = None) -> bool:
         validate_thread_id(thread_id)
@@ -399,12 +388,6 @@ class TulipPgCheckpointer(BaseCheckpointer):
             raise CheckpointNotFound("source thread has no checkpoints", thread_id=source_thread_id)
         return True
 
-    async def get_metadata(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any] | None:
-        for info in await self.list_checkpoint_infos(thread_id, limit=None):
-            if checkpoint_id in (None, info.checkpoint_id):
-                return dict(info.metadata)
-        return None
-
     async def query_by_metadata(self, key: str, value: Any, limit: int | None = 100) -> list[dict[str, Any]]:
         """The tenant's checkpoints with ``key == value`` in the save metadata (else the state's)."""
         probe = orjson.dumps({key: value}, option=orjson.OPT_NON_STR_KEYS).decode()
@@ -428,13 +411,11 @@ class TulipPgCheckpointer(BaseCheckpointer):
             for r in rows
         ]
 
-    async def list_threads(self, limit: int | None = 100, pattern: str = "*") -> list[str]:
+    async def _thread_ids(self) -> list[str]:
         """The threads of ``tenant`` (``tenant_of`` cannot enumerate: it places known ids)."""
         async with self._tx(None) as (conn, tenant):
-            rows = await conn.fetch(
-                f"SELECT DISTINCT thread_id FROM {self.table} WHERE tenant = $1 ORDER BY thread_id", tenant
-            )
-        return [r["thread_id"] for r in rows if matches_pattern(r["thread_id"], pattern)][:limit]
+            rows = await conn.fetch(f"SELECT DISTINCT thread_id FROM {self.table} WHERE tenant = $1", tenant)
+        return [r["thread_id"] for r in rows]
 
 
 def tulip_pg_from_url(url: str) -> TulipPgCheckpointer:
