@@ -7,8 +7,10 @@ Anything else takes the full pydantic path, so odd input still validates — or 
 pydantic's precise error — exactly as it would without this module. ``tests/unit/test_fastload``
 checks, over generated inputs, that both paths give equal messages.
 
-The parsed dict is kept beside the message (not as a field) so its cached JSON bytes come from one
-``orjson.dumps`` of that dict, when first needed.
+Only pydantic's public API is used: a checked message is built with ``Model.model_construct``
+(trusted data, fields set as given, extra keys kept as pydantic's extra), so a pydantic release
+cannot break this module through its private slots. The parsed dict is kept beside the message (not
+as a field) so its cached JSON bytes come from one ``orjson.dumps`` of that dict, when first needed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import gc
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from pydantic_core import InitErrorDetails
 
 from tulip_nb.core.frozen import EMPTY, FrozenList, freeze
@@ -29,12 +31,8 @@ __all__ = ["gc_paused", "messages_from_json"]
 _ROLES = frozenset(("system", "user", "assistant", "tool"))
 _MESSAGE_FIELDS = frozenset(("role", "content", "tool_calls", "tool_call_id", "name", "metadata"))
 _CALL_FIELDS = frozenset(("id", "name", "arguments", "malformed_arguments"))
-_new = object.__new__
-_set = object.__setattr__
-# pydantic keeps these in slots; their descriptors set them without a generic attribute lookup
-_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+_new_call = ToolCall.model_construct
+_new_message = Message.model_construct
 
 
 def _tool_call(raw: Any) -> ToolCall | None:
@@ -49,13 +47,7 @@ def _tool_call(raw: Any) -> ToolCall | None:
         return None
     if malformed is not None and type(malformed) is not str:
         return None
-    call = _new(ToolCall)
-    frozen = freeze(arguments)
-    _set(call, "__dict__", {"id": call_id, "name": name, "arguments": frozen, "malformed_arguments": malformed})
-    _set_fields_set(call, set(raw))
-    _set_extra(call, {})
-    _set_private(call, None)
-    return call
+    return _new_call(set(raw), id=call_id, name=name, arguments=freeze(arguments), malformed_arguments=malformed)
 
 
 def _message(raw: Any) -> Message | None:
@@ -85,21 +77,20 @@ def _message(raw: Any) -> Message | None:
         calls.append(call)
         complete = complete and len(item) == 4
     extra = {k: v for k, v in raw.items() if k not in _MESSAGE_FIELDS} if len(raw) > 6 else {}
-    message = _new(Message)
-    fields = {
-        "role": role,
-        "content": content,
-        "tool_calls": FrozenList(calls),
-        "tool_call_id": call_id,
-        "name": name,
-        "metadata": freeze(metadata) if metadata else EMPTY,
-    }
+    if "_fields_set" in extra:
+        return None  # model_construct's own argument name: pydantic's job
+    message = _new_message(
+        set(raw),
+        role=role,
+        content=content,
+        tool_calls=FrozenList(calls),
+        tool_call_id=call_id,
+        name=name,
+        metadata=freeze(metadata) if metadata else EMPTY,
+        **extra,
+    )
     if complete:  # else a default (malformed_arguments) is missing: pydantic serialises it
-        fields[_JSON_RAW] = raw
-    _set(message, "__dict__", fields)
-    _set_fields_set(message, set(raw))
-    _set_extra(message, extra)
-    _set_private(message, None)
+        message.__dict__[_JSON_RAW] = raw
     return message
 
 
