@@ -183,14 +183,6 @@ class SummarizingConversationManager(PlanningManager):
                 raise self._exceeded(total, view, messages, "apply() writes no summary; aapply() would")
         return view
 
-    def cut_for(self, messages: Sequence[Message]) -> tuple[int, int] | None:
-        """The block ``[start, cut)`` the next summary would cover, or ``None`` if none can be."""
-        idx = self._indexed(messages)
-        plan = self._current_plan(messages)
-        start, _ = self._covered(plan, idx.body)
-        cut = self._ratio_cut(messages, idx, plan)
-        return None if cut is None else (start, cut)
-
     def _covered(self, plan: Plan | None, body: int) -> tuple[int, int | None]:
         """Where the summarised part of ``plan`` ends, and the user message it keeps (if any)."""
         if plan is None or not plan.summarized:
