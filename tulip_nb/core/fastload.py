@@ -18,13 +18,13 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails
 
 from tulip_nb.core.frozen import EMPTY, FrozenList, freeze
-from tulip_nb.core.messages import _JSON_RAW, Message, ToolCall
+from tulip_nb.core.messages import _JSON_RAW, Message, Role, ToolCall
 
 __all__ = ["gc_paused", "messages_from_json"]
 
@@ -81,7 +81,7 @@ def _message(raw: Any) -> Message | None:
         return None  # model_construct's own argument name: pydantic's job
     message = _new_message(
         set(raw),
-        role=role,
+        role=cast(Role, role),  # checked against _ROLES above
         content=content,
         tool_calls=FrozenList(calls),
         tool_call_id=call_id,
