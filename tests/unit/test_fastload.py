@@ -120,12 +120,20 @@ def test_message_digest_falls_back_for_values_json_cannot_hold() -> None:
     assert message_digest(reloaded) == message_digest(odd)  # verifies after a round trip
 
 
-def test_an_extra_key_named_like_model_constructs_argument_is_kept() -> None:
+def test_an_extra_key_is_kept_and_the_parsed_dict_is_the_json() -> None:
     raw = {"role": "user", "content": "x", "tool_calls": [], "tool_call_id": None, "name": None, "metadata": {}}
     raw["_fields_set"] = 1
     [got] = messages_from_json([raw])
     expected = Message.model_validate(raw)
     assert got == expected and got.model_extra == expected.model_extra == {"_fields_set": 1}
+    assert orjson.loads(got.json_bytes()) == orjson.loads(expected.json_bytes()) == raw
+
+
+def test_only_the_first_bad_message_is_reported() -> None:
+    good = {"role": "user", "content": "hi"}
+    with pytest.raises(pydantic.ValidationError) as err:
+        messages_from_json([good, {"role": "robot"}, good, {"role": "user", "content": 5}])
+    assert [e["loc"] for e in err.value.errors()] == [("messages", 1, "role")]
 
 
 def test_messages_of_a_messy_thread_equal_pydantic_validation() -> None:
