@@ -22,9 +22,9 @@ from tests.conftest import ROOT
 from tests.server._proc import serve
 from tests.server.conftest import make_agent
 from tulip_nb.core import AgentState, Message
+from tulip_nb.core.principals import principal_for_api_key
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
 from tulip_nb.server import AgentServer, checkpoint_app
-from tulip_nb.core.principals import principal_for_api_key
 
 
 @pytest.fixture(autouse=True)
