@@ -39,6 +39,10 @@ is called, naming the tokens needed, the window and the largest message of that 
 count is exact: ``counter.count_request(view, tools)`` equals ``last_view_tokens`` and the event's
 ``tokens_after``.
 
+Where to cut and how much fits are the cut engine's (:class:`~tulip_nb.memory.conversation._cut.CutEngine`,
+which :class:`~tulip_nb.memory.conversation.summarizing.SummarizingConversationManager` configures
+too); this manager configures it with the head, the stale-output rule and the tail budget.
+
 The plan is kept (in the thread's manager state) and new messages are appended to it verbatim
 until the view crosses the trigger again: between compactions the start of the request does not
 move, which keeps the provider's prompt cache warm. Every compaction is recorded as an event
