@@ -3,7 +3,9 @@
     tulip-nb demo [THREADS_DIR]                 # default ./demo_threads
     python -m tulip_nb._demo [THREADS_DIR]      # the same; `make demo` runs this
 
-Day 1 and Day 2 (seed 000) each run in their **own Python process**: the first process looks into
+The agent is the support desk's: its tools (:data:`TOOLS`) and scripted model
+(:func:`support_model`) are the ones the synthetic corpus (:mod:`tulip_nb.lab.synthetic`) is
+written with. Day 1 and Day 2 (seed 000) each run in their **own Python process**: the first process looks into
 the refund and exits; the second one knows nothing but the ``thread_id``, rehydrates the thread
 from the FileCheckpointer directory and continues the conversation. The model is a ScriptedModel
 that decides from the conversation, so no API key or network is needed. At the end the script
@@ -14,35 +16,86 @@ resume this thread).
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
-from datetime import date
 from pathlib import Path
 from typing import Any
 
-from tulip_nb.agent import Agent, tool
+from tulip_nb.agent import Agent
 from tulip_nb.core import Message
 from tulip_nb.memory.backends import FileCheckpointer
 from tulip_nb.models import ScriptedModel, text, tool_call
+from tulip_nb.tools import Interrupt, tool
 
 THREAD = "ticket-8912-refund"
 DAY_1 = "Look into the refund request on order ord-4821."
 DAY_2 = "What did we conclude?"
 
-ORDERS: dict[str, dict[str, Any]] = {
-    "ord-4821": {"customer": "cust-4821", "total": 129.0, "delivered": date(2026, 11, 18)}
-}
+_ORDER = re.compile(r"ord-\d+")
+
+
+# -- the support desk's tools (the demo's and the synthetic corpus's) ---------------------------
+
+
+def _order_record(order_id: str) -> dict[str, Any]:
+    n = int(order_id.removeprefix("ord-")) if order_id.removeprefix("ord-").isdigit() else 0
+    items = [
+        {"sku": f"SKU-{(n * 7 + k) % 997:03d}", "qty": 1 + (n + k) % 3, "price": 9.5 + (n * (k + 3)) % 90}
+        for k in range(2 + n % 3)
+    ]
+    return {
+        "order_id": order_id,
+        "status": ("delivered", "delivered", "in transit", "returned")[n % 4],
+        "days_since_delivery": 3 + n % 45,
+        "items": items,
+        "notes": "Customer contacted support before about this order." if n % 5 == 0 else "",
+    }
 
 
 @tool(idempotent=True)
-def lookup_order(order_id: str) -> dict[str, object]:
-    """Look up an order: customer, total and delivery date.
+def lookup_order(order_id: str) -> dict[str, Any]:
+    """Look up an order: status, items and days since delivery.
 
     Args:
         order_id: The order id, e.g. ``ord-4821``.
     """
-    order = ORDERS[order_id]
-    return {"order_id": order_id, **order, "delivered": order["delivered"].isoformat()}
+    return _order_record(order_id)
+
+
+@tool
+def refund_status(order_id: str) -> str:
+    """The state of the refund of an order in the payments system.
+
+    Args:
+        order_id: The order id.
+    """
+    n = int(order_id.removeprefix("ord-")) if order_id.removeprefix("ord-").isdigit() else 0
+    if n % 3 == 0:
+        raise ConnectionError(f"payments service timed out looking up {order_id}")
+    return f"{order_id}: refund {'issued' if n % 2 else 'pending approval'}"
+
+
+@tool
+def add_note(order_id: str, note: str) -> str:
+    """Attach a note to the case.
+
+    Args:
+        order_id: The order id.
+        note: The note's text.
+    """
+    return f"note saved on {order_id} ({len(note)} characters)"
+
+
+@tool
+def escalate(order_id: str, reason: str) -> str:
+    """Hand the case to a manager; a human must approve first.
+
+    Args:
+        order_id: The order id.
+        reason: Why the case needs a manager.
+    """
+    raise Interrupt(f"Approve escalating {order_id} to a manager? Reason: {reason}", payload={"order_id": order_id})
 
 
 @tool(idempotent=True)
@@ -57,25 +110,75 @@ def check_return_policy(order_id: str, days_since_delivery: int) -> str:
     return f"{order_id}: {verdict} ({days_since_delivery} days since delivery, limit 30)"
 
 
+TOOLS = [lookup_order, check_return_policy, refund_status, add_note, escalate]
+"""The support desk's tools: the demo's agent and the synthetic corpus's (:mod:`tulip_nb.lab.synthetic`)."""
+
+
+# -- the scripted model -------------------------------------------------------------------------
+
+
+def _turn_order(messages: list[Message]) -> str:
+    for m in messages:
+        if m.role == "user" and m.content:
+            found = _ORDER.search(m.content)
+            if found:
+                return found.group(0)
+    return "ord-0"
+
+
 def support_model(messages: list[Message]) -> Message:
-    """The scripted 'LLM': it reads the conversation and decides the next step."""
+    """The scripted 'LLM' of the support desk: it reads the conversation and picks the next step.
+
+    The demo's two days and every prompt kind of the synthetic corpus take a branch here.
+    """
     last_user = max(i for i, m in enumerate(messages) if m.role == "user")
     turn = messages[last_user:]
+    ask = turn[0].content or ""
     done = [c.name for m in turn for c in m.tool_calls]
-    if turn[0].content == DAY_2:
+    results = {m.name: m.content or "" for m in turn if m.role == "tool"}
+    order = _turn_order(messages)
+    if ask == DAY_2:
         verdict = next(m.content for m in reversed(messages) if m.name == "check_return_policy")
         return text(f"We concluded: {verdict}. Want me to draft the refund for manager approval?")
-    if "lookup_order" not in done:
-        return tool_call("lookup_order", order_id="ord-4821")
-    if "check_return_policy" not in done:
-        return tool_call("check_return_policy", order_id="ord-4821", days_since_delivery=12)
-    return text("The return on ord-4821 is eligible. Want me to draft the refund for manager approval?")
+    if (ask.startswith("Customer ") and "asks for a refund" in ask) or ask.startswith("Look into the refund"):
+        if "lookup_order" not in done:
+            return tool_call("lookup_order", order_id=order)
+        if "check_return_policy" not in done:
+            days = int(re.search(r'"days_since_delivery":\s*(\d+)', results["lookup_order"]).group(1))  # type: ignore[union-attr]
+            return tool_call("check_return_policy", order_id=order, days_since_delivery=days)
+        return text(f"I checked {order}: {results['check_return_policy']}.")
+    if ask.startswith("Check the refund"):
+        if "refund_status" not in done:
+            return tool_call("refund_status", order_id=order)
+        got = results["refund_status"]
+        if got.startswith("Error:"):
+            return text(f"The payments system did not answer for {order}; I will retry later.")
+        return text(f"Refund status: {got}.")
+    if ask.startswith("Remind me"):
+        if "lookup_order" not in done:
+            return tool_call("lookup_order", order_id=order)
+        return text(f"Order {order} again: {results['lookup_order'][:120]}")
+    if ask.startswith("Escalate"):
+        if "escalate" not in done:
+            return tool_call("escalate", order_id=order, reason="customer asked for a manager")
+        return text(f"Escalation of {order}: {results.get('escalate', 'no answer')}.")
+    if ask.startswith("Note:"):
+        if "add_note" not in done:
+            return tool_call("add_note", order_id=order, note=ask.removeprefix("Note:").strip())
+        return text("Noted on the case.")
+    if ask.startswith("Customer writes:"):
+        said = ask.removeprefix("Customer writes:").strip()
+        return text(f"Understood, I have added this to the case file of {order}: {said[:400]} I will follow up.")
+    return text(f"Understood. I have added this to the case file of {order} and will follow up.")
+
+
+# -- the demo -------------------------------------------------------------------------------------
 
 
 def make_agent(base_dir: Path) -> Agent:
     return Agent(
         model=ScriptedModel(support_model),
-        tools=[lookup_order, check_return_policy],
+        tools=TOOLS,
         system_prompt="You are a support agent handling refund cases.",
         checkpointer=FileCheckpointer(base_dir=base_dir),
     )

@@ -22,9 +22,9 @@ from tests.conftest import ROOT
 from tests.server._proc import serve
 from tests.server.conftest import make_agent
 from tulip_nb.core import AgentState, Message
+from tulip_nb.core.principals import principal_for_api_key
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
 from tulip_nb.server import AgentServer, checkpoint_app
-from tulip_nb.server._auth import principal_of
 
 
 @pytest.fixture(autouse=True)
@@ -129,7 +129,7 @@ async def test_mounted_checkpoint_routes_never_show_the_storage_id(
     make_client: Callable[..., httpx.AsyncClient],
 ) -> None:
     key = "leak-test-key"
-    prefix = f"{principal_of(key)}:"
+    prefix = f"{principal_for_api_key(key)}:"
     server = AgentServer(make_agent(checkpointer=MemoryCheckpointer()), api_key=key)
     c = make_client(server, key)
     assert (await c.post("/invoke", json={"prompt": "hi", "thread_id": "t1"})).status_code == 200

@@ -10,9 +10,10 @@ import httpx
 import pytest
 
 from tulip_nb.core.errors import UserError
+from tulip_nb.core.principals import principal_for_api_key
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.server import AgentServer
-from tulip_nb.server._auth import ApiKeys, principal_of
+from tulip_nb.server._auth import ApiKeys
 
 from .conftest import make_agent
 
@@ -94,11 +95,11 @@ async def test_env_key(monkeypatch: pytest.MonkeyPatch, make_client: Callable[..
 
 def test_api_keys_unit() -> None:
     keys = ApiKeys([KEY_A], from_env=False)
-    assert keys.principal_for(f"Bearer {KEY_A}") == pid(KEY_A) == principal_of(KEY_A)
+    assert keys.principal_for(f"Bearer {KEY_A}") == pid(KEY_A) == principal_for_api_key(KEY_A)
     assert keys.principal_for(f"bearer   {KEY_A}  ") == pid(KEY_A)
     assert keys.principal_for(f"Bearer {KEY_A}x") is None
     assert keys.principal_for(None) is None
-    assert ApiKeys(None, from_env=False).principal_for(None) == "anon" == principal_of(None)
+    assert ApiKeys(None, from_env=False).principal_for(None) == "anon" == principal_for_api_key(None)
     with pytest.raises(UserError):
         ApiKeys([""], from_env=False)
 
@@ -120,7 +121,7 @@ async def test_thread_a_tulip_server_stored_is_readable_in_compat_mode(
         model=tulip_testing.ScriptedModel([tulip_testing.text("hello from tulip")]),
         checkpointer=tulip_file.FileCheckpointer(base_dir=str(tmp_path)),
     )
-    stored = f"{principal_of(KEY_A)}:legacy-7"
+    stored = f"{principal_for_api_key(KEY_A)}:legacy-7"
     await asyncio.to_thread(theirs.run_sync, "from tulip", thread_id=stored)
 
     server = AgentServer(make_agent(), api_key=KEY_A, checkpointer=FileCheckpointer(base_dir=tmp_path))

@@ -198,9 +198,9 @@ def test_serve_one_worker_with_key_and_factory(tmp_path: Path) -> None:
         assert body.startswith("data: {") and body.endswith("data: [DONE]\n\n")
     # the thread is stored in tulip's layout, readable from the command line
     r = cli("threads", "ls", str(base))
-    from tulip_nb.server._auth import principal_of
+    from tulip_nb.core.principals import principal_for_api_key
 
-    assert r.stdout.split() == [f"{principal_of('k1')}:t"]
+    assert r.stdout.split() == [f"{principal_for_api_key('k1')}:t"]
 
 
 def test_prune(tmp_path: Path) -> None:

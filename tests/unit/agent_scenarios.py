@@ -100,7 +100,7 @@ def _summary(result: AgentResult) -> dict[str, Any]:
         "text": result.text,
         "stop_reason": result.stop_reason,
         "iterations": result.iterations,
-        "pending": result.pending_question,
+        "pending": result.interrupt.question if result.interrupt else None,
         "tool_calls": [[e.tool_name, e.idempotent_cache_hit] for e in result.tool_calls],
         "messages": [[m.role, m.content] for m in result.state.messages],
         "checkpoint_id": result.checkpoint_id,

@@ -179,7 +179,8 @@ async def test_interrupt_and_resume_in_process() -> None:
     script = [tool_call("ask_manager", amount=120), text("Refund sent.")]
     agent = make(script, checkpointer=cp)
     paused = await agent.run("refund", thread_id="t")
-    assert paused.stop_reason == "interrupted" and paused.pending_question == "Approve a refund of 120.0?"
+    assert paused.stop_reason == "interrupted" and paused.interrupt is not None
+    assert paused.interrupt.question == "Approve a refund of 120.0?"
     assert paused.interrupt is not None and paused.interrupt.payload == {"amount": 120.0}
     assert (await cp.load_checkpoint("t")).metadata["source"] == "interrupt"  # type: ignore[union-attr]
     with pytest.raises(ResumeNeedsResponse, match="Approve a refund"):

@@ -119,3 +119,46 @@ def test_message_digest_falls_back_for_values_json_cannot_hold() -> None:
     assert message_digest(odd) == slow_digest(odd)
     reloaded = messages_from_json([orjson.loads(odd.json_bytes())])[0]
     assert message_digest(reloaded) == message_digest(odd)  # verifies after a round trip
+
+
+def test_an_extra_key_is_kept_and_the_parsed_dict_is_the_json() -> None:
+    raw = {"role": "user", "content": "x", "tool_calls": [], "tool_call_id": None, "name": None, "metadata": {}}
+    raw["_fields_set"] = 1
+    [got] = messages_from_json([raw])
+    expected = Message.model_validate(raw)
+    assert got == expected and got.model_extra == expected.model_extra == {"_fields_set": 1}
+    assert orjson.loads(got.json_bytes()) == orjson.loads(expected.json_bytes()) == raw
+
+
+def test_only_the_first_bad_message_is_reported() -> None:
+    good = {"role": "user", "content": "hi"}
+    with pytest.raises(pydantic.ValidationError) as err:
+        messages_from_json([good, {"role": "robot"}, good, {"role": "user", "content": 5}])
+    assert [e["loc"] for e in err.value.errors()] == [("messages", 1, "role")]
+
+
+def test_messages_of_a_messy_thread_equal_pydantic_validation() -> None:
+    from tulip_nb.agent import run_sync
+    from tulip_nb.memory.backends import MemoryCheckpointer
+    from tulip_nb.testing import MessySpec, build_messy_thread
+
+    cp = MemoryCheckpointer()
+    spec = MessySpec(seed=5, turns=10, error_rate=0.2, tulip_rate=0.2, interrupt_rate=0.1, big_output_rate=0.3)
+    thread = build_messy_thread(cp, "messy-fastload", spec)
+    state = run_sync(cp.load(thread.thread_id))
+    assert state is not None and len(state.messages) > 10
+    raw = orjson.loads(orjson.dumps([m.model_dump(mode="json") for m in state.messages]))
+    fast = messages_from_json(raw)
+    slow_path = [Message.model_validate(item) for item in orjson.loads(orjson.dumps(raw))]
+    assert fast == slow_path == list(state.messages)
+    assert [m.model_fields_set for m in fast] == [m.model_fields_set for m in slow_path]
+    assert [m.json_bytes() for m in fast] == [m.json_bytes() for m in slow_path]
+
+
+def test_fastload_uses_only_public_pydantic() -> None:
+    import inspect
+
+    import tulip_nb.core.fastload as fastload
+
+    source = inspect.getsource(fastload)
+    assert "__pydantic" not in source and "__setattr__" not in source

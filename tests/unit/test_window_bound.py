@@ -291,8 +291,8 @@ def test_state_round_trip_keeps_the_plan() -> None:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_inlined_tail_choice_equals_the_plain_rule(seed: int) -> None:
-    """_Cut.choose_tail inlines cost() and pin_for() for speed: it picks what the plain loop picks."""
-    from tulip_nb.memory.conversation.compactor import _Cut
+    """CutEngine.choose_tail inlines cost() and pin_for() for speed: it picks what the plain loop picks."""
+    from tulip_nb.memory.conversation._cut import CutEngine
     from tulip_nb.memory.conversation.plan import HistoryIndex
     from tulip_nb.tokens import FunctionCounter
 
@@ -303,7 +303,7 @@ def test_inlined_tail_choice_equals_the_plain_rule(seed: int) -> None:
         history = thread.messages[:j]
         idx.update(history, counter)
         for budget in (0, 500, 5000, 50_000):
-            cut = _Cut(history, idx, 10, rnd.randint(0, 2), rnd.choice([0, 2, 10]))
+            cut = CutEngine.with_head(history, idx, 10, rnd.randint(0, 2), rnd.choice([0, 2, 10]))
             cut.floor = rnd.choice([cut.head_end, cut.idx.units[-1][0]])
             cut.choose_tail(budget)
             tail, used = cut.last, cut.unit_cost(cut.last)

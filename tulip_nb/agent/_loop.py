@@ -20,7 +20,7 @@ Rules it implements (seed 000 and FORMATS.md):
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tulip_nb.agent._turn import (
     ITER_KEY,
@@ -55,9 +55,32 @@ from tulip_nb.models.base import ContextWindowExceeded, ModelError, Usage
 from tulip_nb.tools import Interrupt, ToolArgumentsInvalid, ToolNotFound
 
 if TYPE_CHECKING:
-    from tulip_nb.agent.agent import Agent
+    from tulip_nb.memory.checkpointer import BaseCheckpointer
+    from tulip_nb.memory.conversation.base import ConversationManager
+    from tulip_nb.models.base import Model
+    from tulip_nb.tools import Tool
 
-__all__ = ["TurnRunner", "snapshot"]
+__all__ = ["TurnHost", "TurnRunner", "snapshot"]
+
+
+class TurnHost(Protocol):
+    """What a :class:`TurnRunner` uses of the agent that runs it (:class:`~tulip_nb.agent.Agent` is
+    one): its model and tools, where it saves, its hooks and its conversation manager."""
+
+    @property
+    def model(self) -> Model: ...
+    @property
+    def tools_by_name(self) -> dict[str, Tool]: ...
+    @property
+    def tool_schemas(self) -> list[dict[str, Any]]: ...
+    @property
+    def checkpointer(self) -> BaseCheckpointer | None: ...
+    @property
+    def hooks(self) -> tuple[Any, ...]: ...
+    @property
+    def strict_concurrency(self) -> bool: ...
+    @property
+    def conversation_manager(self) -> ConversationManager: ...
 
 
 def snapshot(state: AgentState) -> AgentState:
@@ -86,7 +109,7 @@ class TurnRunner:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: TurnHost,
         state: AgentState,
         thread_id: str | None,
         *,

@@ -103,10 +103,6 @@ class AgentResult:
         return self.message.text if self.message is not None else ""
 
     @property
-    def pending_question(self) -> str | None:
-        return self.interrupt.question if self.interrupt else None
-
-    @property
     def messages(self) -> list[Message]:
         return list(self.state.messages)
 

@@ -49,7 +49,6 @@ __all__ = [
     "CallRef",
     "answered_by",
     "block_end",
-    "call_results",
     "calls_before",
     "execution_position",
     "last_model_call",
@@ -217,11 +216,6 @@ def answered_by(messages: Sequence[Message], start: int = 0) -> list[CallRef | N
         else:
             i += 1
     return out
-
-
-def call_results(messages: Sequence[Message]) -> dict[CallRef, int]:
-    """``{(i, k): index of the result}`` for every answered call of the thread."""
-    return {ref: t for t, ref in enumerate(answered_by(messages)) if ref is not None}
 
 
 def unanswered_calls(messages: Sequence[Message], i: int) -> list[int]:

@@ -1,14 +1,15 @@
-"""Build messages from parsed JSON without a validation hook per message, exactly as pydantic would.
+"""Build messages from parsed JSON through pydantic's public API, keeping the parsed dicts for JSON.
 
-Loading a 2000-message thread through ``Message.model_validate`` costs about three times the JSON
-parse itself. Checkpoints written by tulip or tulip_nb almost always have messages in one shape
-(the six keys, plain types), which can be checked and turned into model instances far faster.
-Anything else takes the full pydantic path, so odd input still validates — or fails with
-pydantic's precise error — exactly as it would without this module. ``tests/unit/test_fastload``
-checks, over generated inputs, that both paths give equal messages.
+Every message is validated by pydantic (one ``TypeAdapter(list[Message])`` call over the whole
+list: the loop runs in pydantic-core, not in Python), so odd input validates — or fails with
+pydantic's precise error — exactly as ``Message.model_validate`` would, and a pydantic release
+cannot break this module: it touches no private part of pydantic. ``tests/unit/test_fastload``
+checks, over generated inputs, that both give equal messages.
 
-The parsed dict is kept beside the message (not as a field) so its cached JSON bytes come from one
-``orjson.dumps`` of that dict, when first needed.
+Checkpoints written by tulip or tulip_nb almost always have messages in one shape (the six keys,
+plain types, tool calls with their four keys). For such a message the parsed dict *is* its JSON, so
+it is kept beside the message (not as a field) and its cached JSON bytes come from one
+``orjson.dumps`` of that dict, when first needed, instead of pydantic's serialiser.
 """
 
 from __future__ import annotations
@@ -18,89 +19,50 @@ import gc
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import InitErrorDetails
 
-from tulip_nb.core.frozen import EMPTY, FrozenList, freeze
-from tulip_nb.core.messages import _JSON_RAW, Message, ToolCall
+from tulip_nb.core.messages import _JSON_RAW, Message
 
 __all__ = ["gc_paused", "messages_from_json"]
 
 _ROLES = frozenset(("system", "user", "assistant", "tool"))
-_MESSAGE_FIELDS = frozenset(("role", "content", "tool_calls", "tool_call_id", "name", "metadata"))
 _CALL_FIELDS = frozenset(("id", "name", "arguments", "malformed_arguments"))
-_new = object.__new__
-_set = object.__setattr__
-# pydantic keeps these in slots; their descriptors set them without a generic attribute lookup
-_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 
 
-def _tool_call(raw: Any) -> ToolCall | None:
-    if type(raw) is not dict or len(raw) > 4 or not _CALL_FIELDS.issuperset(raw):
-        return None  # extra keys or the "args" alias: pydantic's job
-    try:
-        call_id, name, arguments = raw["id"], raw["name"], raw["arguments"]
-    except KeyError:
-        return None  # a missing field: pydantic's job (defaults or the error)
-    malformed = raw.get("malformed_arguments")
-    if type(call_id) is not str or type(name) is not str or type(arguments) is not dict:
-        return None
-    if malformed is not None and type(malformed) is not str:
-        return None
-    call = _new(ToolCall)
-    frozen = freeze(arguments)
-    _set(call, "__dict__", {"id": call_id, "name": name, "arguments": frozen, "malformed_arguments": malformed})
-    _set_fields_set(call, set(raw))
-    _set_extra(call, {})
-    _set_private(call, None)
-    return call
+def _plain_call(raw: Any) -> bool:
+    """Whether ``raw`` is a tool call exactly as pydantic writes one: its four keys, plain types."""
+    if type(raw) is not dict or len(raw) != 4 or not _CALL_FIELDS.issuperset(raw):
+        return False  # a missing key (a default to write), an extra key or the "args" alias
+    malformed = raw["malformed_arguments"]
+    return (
+        type(raw["id"]) is str
+        and type(raw["name"]) is str
+        and type(raw["arguments"]) is dict
+        and (malformed is None or type(malformed) is str)
+    )
 
 
-def _message(raw: Any) -> Message | None:
+def _plain(raw: Any) -> bool:
+    """Whether ``raw`` is the JSON pydantic would write for the message it validates to."""
     if type(raw) is not dict:
-        return None
+        return False
     try:
         role, content, tool_calls = raw["role"], raw["content"], raw["tool_calls"]
         call_id, name, metadata = raw["tool_call_id"], raw["name"], raw["metadata"]
     except KeyError:
-        return None  # a missing field: defaults are pydantic's job
-    if (
-        role not in _ROLES
-        or type(role) is not str
-        or (content is not None and type(content) is not str)
-        or type(tool_calls) is not list
-        or (call_id is not None and type(call_id) is not str)
-        or (name is not None and type(name) is not str)
-        or type(metadata) is not dict
-    ):
-        return None
-    calls = []
-    complete = True  # every tool call has all four keys: the parsed dict is the message's JSON
-    for item in tool_calls:
-        call = _tool_call(item)
-        if call is None:
-            return None
-        calls.append(call)
-        complete = complete and len(item) == 4
-    extra = {k: v for k, v in raw.items() if k not in _MESSAGE_FIELDS} if len(raw) > 6 else {}
-    message = _new(Message)
-    fields = {
-        "role": role,
-        "content": content,
-        "tool_calls": FrozenList(calls),
-        "tool_call_id": call_id,
-        "name": name,
-        "metadata": freeze(metadata) if metadata else EMPTY,
-    }
-    if complete:  # else a default (malformed_arguments) is missing: pydantic serialises it
-        fields[_JSON_RAW] = raw
-    _set(message, "__dict__", fields)
-    _set_fields_set(message, set(raw))
-    _set_extra(message, extra)
-    _set_private(message, None)
-    return message
+        return False  # a missing field: pydantic writes its default
+    return (
+        type(role) is str
+        and role in _ROLES
+        and (content is None or type(content) is str)
+        and type(tool_calls) is list
+        and (call_id is None or type(call_id) is str)
+        and (name is None or type(name) is str)
+        and type(metadata) is dict
+        and all(_plain_call(call) for call in tool_calls)
+    )
 
 
 @contextlib.contextmanager
@@ -122,28 +84,28 @@ def gc_paused() -> Iterator[None]:
 
 
 def messages_from_json(items: Any) -> list[Message]:
-    """Messages from a parsed JSON list; raises pydantic's ``ValidationError`` on bad input."""
+    """Messages from a parsed JSON list; raises pydantic's ``ValidationError`` on bad input, for
+    the first message that has an error, located at ``messages.<index>``."""
     if type(items) is not list:
-        from pydantic import TypeAdapter
-
-        TypeAdapter(list[Message]).validate_python(items)  # raises the precise error
+        _MESSAGES.validate_python(items)  # raises the precise error
         return []  # pragma: no cover - validate_python accepted something that is not a list
-    out = []
-    for index, raw in enumerate(items):
-        message = _message(raw)
-        if message is None:
-            try:
-                message = Message.model_validate(raw)
-            except ValidationError as e:
-                raise _at_index(e, index) from None
-        out.append(message)
+    try:
+        out = _MESSAGES.validate_python(items)
+    except ValidationError as e:
+        raise _first_message(e) from None
+    for message, raw in zip(out, items, strict=True):
+        if _plain(raw):
+            message.__dict__[_JSON_RAW] = raw
     return out
 
 
-def _at_index(error: ValidationError, index: int) -> ValidationError:
-    """The same error with ``messages.<index>`` prefixed to each location."""
+def _first_message(error: ValidationError) -> ValidationError:
+    """The errors of the first message that has any, with ``messages`` prefixed to each location."""
+    errors = error.errors(include_url=False)
+    first = min(err["loc"][0] for err in errors)
     line_errors: list[InitErrorDetails] = [
-        {"type": err["type"], "loc": ("messages", index, *err["loc"]), "input": err["input"], "ctx": err.get("ctx", {})}
-        for err in error.errors(include_url=False)
+        {"type": err["type"], "loc": ("messages", *err["loc"]), "input": err["input"], "ctx": err.get("ctx", {})}
+        for err in errors
+        if err["loc"][0] == first
     ]
     return ValidationError.from_exception_data(error.title, line_errors)

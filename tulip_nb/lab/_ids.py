@@ -1,9 +1,10 @@
 """Thread ids of tulip's AgentServer: ``"<principal>:<thread_id>"``, and the way back to plain ids.
 
 tulip's AgentServer stores a thread a client calls ``support/42`` under ``"<principal>:support/42"``
-in its checkpointer, where the principal is ``anon`` without an API key, else the first 12 hex
-digits of the key's SHA-256. To study such threads as the client knows them (or to hand threads
-worked on in a notebook back to the server), map the ids while exporting::
+in its checkpointer, where the principal is :func:`~tulip_nb.core.principals.principal_for_api_key`
+(``anon`` without an API key, else the first 12 hex digits of the key's SHA-256; the server's rule
+too). To study such threads as the client knows them (or to hand threads worked on in a notebook
+back to the server), map the ids while exporting::
 
     export_threads("postgresql://...", "file:./threads", map_ids=strip_principal("anon"))
     export_threads("file:./threads", "postgresql://...", map_ids=add_principal("anon"))
@@ -18,13 +19,12 @@ worked on in a notebook back to the server), map the ids while exporting::
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 from tulip_nb.core.errors import UserError
+from tulip_nb.core.principals import principal_for_api_key
 
 __all__ = [
-    "ANON",
     "IdMap",
     "add_principal",
     "principal_for_api_key",
@@ -33,16 +33,8 @@ __all__ = [
     "strip_principal",
 ]
 
-ANON = "anon"
 IdMap = Callable[[str], "str | None"]
 """Maps a source thread id to the destination's; ``None`` leaves the thread out."""
-
-
-def principal_for_api_key(api_key: str | None) -> str:
-    """The principal tulip's AgentServer files a caller's threads under (``anon`` without a key)."""
-    if not api_key:
-        return ANON
-    return hashlib.sha256(api_key.encode()).hexdigest()[:12]
 
 
 def _check_principal(principal: str) -> str:

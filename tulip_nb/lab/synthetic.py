@@ -8,7 +8,8 @@ idempotent, so a repeated lookup is answered from the thread's record — an *id
 ``refund_status`` raises for some orders — a *tool error*), long customer messages that make an
 ``LLMCompactor(context_length=2_000)`` compact, a few escalations that interrupt the run for a
 human (answered with ``agent.resume``, except every 40th case, left pending), and a few forks
-(``forked_from``: a case branched off an earlier one, then continued)::
+(``forked_from``: a case branched off an earlier one, then continued). The tools and the scripted
+model are the support desk's of ``make demo`` (``tulip_nb._demo``: ``TOOLS``, ``support_model``)::
 
     from tulip_nb.lab import build_corpus, corpus_facts, open_corpus
 
@@ -33,22 +34,20 @@ import hashlib
 import random
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tulip_nb._demo import check_return_policy
+from tulip_nb._demo import TOOLS, support_model
 from tulip_nb._sync import sync_twin
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.lab.export import open_checkpointer
-from tulip_nb.models.scripted import ScriptedModel, text, tool_call
-from tulip_nb.tools import Interrupt, tool
+from tulip_nb.models.scripted import ScriptedModel
 
 if TYPE_CHECKING:
     from tulip_nb.agent import Agent
     from tulip_nb.lab.thread import Thread
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["TOOLS", "abuild_corpus", "build_corpus", "corpus_facts", "make_corpus_agent", "support_model"]
+__all__ = ["abuild_corpus", "build_corpus", "corpus_facts", "make_corpus_agent"]
 
 SYSTEM_PROMPT = "You are a support agent handling refund cases. Use the tools; never guess order data."
 CONTEXT_LENGTH = 2_000
@@ -57,7 +56,6 @@ CONTEXT_LENGTH = 2_000
 _FIRST = ("Dana", "Ravi", "Mei", "Olu", "Sven", "Ana", "Kofi", "Lena", "Tariq", "Yuki", "Pablo", "Ines")
 _LAST = ("Reyes", "Patel", "Chen", "Adeyemi", "Lund", "Costa", "Mensah", "Weber", "Haddad", "Sato", "Ruiz", "Novak")
 _FORK = re.compile(r"-fork-\d+$")
-_ORDER = re.compile(r"ord-\d+")
 _COMPLAINTS = (
     "The parcel arrived with a torn corner and the box inside was crushed on one side.",
     "I was told on the phone that the refund would take three days, and it has been two weeks.",
@@ -89,124 +87,6 @@ def corpus_facts(thread: Thread | str) -> list[tuple[str, str]]:
     amount = f"${20 + (h >> 32) % 480}.{(h >> 40) % 100:02d}"
     callback = f"555-{(h >> 44) % 10000:04d}"
     return [("order", order), ("customer", customer), ("amount", amount), ("callback", callback)]
-
-
-# -- tools --------------------------------------------------------------------------------------
-
-
-def _order_record(order_id: str) -> dict[str, Any]:
-    n = int(order_id.removeprefix("ord-")) if order_id.removeprefix("ord-").isdigit() else 0
-    items = [
-        {"sku": f"SKU-{(n * 7 + k) % 997:03d}", "qty": 1 + (n + k) % 3, "price": 9.5 + (n * (k + 3)) % 90}
-        for k in range(2 + n % 3)
-    ]
-    return {
-        "order_id": order_id,
-        "status": ("delivered", "delivered", "in transit", "returned")[n % 4],
-        "days_since_delivery": 3 + n % 45,
-        "items": items,
-        "notes": "Customer contacted support before about this order." if n % 5 == 0 else "",
-    }
-
-
-@tool(idempotent=True)
-def lookup_order(order_id: str) -> dict[str, Any]:
-    """Look up an order: status, items and days since delivery.
-
-    Args:
-        order_id: The order id, e.g. ``ord-4821``.
-    """
-    return _order_record(order_id)
-
-
-@tool
-def refund_status(order_id: str) -> str:
-    """The state of the refund of an order in the payments system.
-
-    Args:
-        order_id: The order id.
-    """
-    n = int(order_id.removeprefix("ord-")) if order_id.removeprefix("ord-").isdigit() else 0
-    if n % 3 == 0:
-        raise ConnectionError(f"payments service timed out looking up {order_id}")
-    return f"{order_id}: refund {'issued' if n % 2 else 'pending approval'}"
-
-
-@tool
-def add_note(order_id: str, note: str) -> str:
-    """Attach a note to the case.
-
-    Args:
-        order_id: The order id.
-        note: The note's text.
-    """
-    return f"note saved on {order_id} ({len(note)} characters)"
-
-
-@tool
-def escalate(order_id: str, reason: str) -> str:
-    """Hand the case to a manager; a human must approve first.
-
-    Args:
-        order_id: The order id.
-        reason: Why the case needs a manager.
-    """
-    raise Interrupt(f"Approve escalating {order_id} to a manager? Reason: {reason}", payload={"order_id": order_id})
-
-
-TOOLS = [lookup_order, check_return_policy, refund_status, add_note, escalate]
-
-
-# -- the scripted model -------------------------------------------------------------------------
-
-
-def _turn_order(messages: list[Message]) -> str:
-    for m in messages:
-        if m.role == "user" and m.content:
-            found = _ORDER.search(m.content)
-            if found:
-                return found.group(0)
-    return "ord-0"
-
-
-def support_model(messages: list[Message]) -> Message:
-    """The scripted 'LLM' of the corpus: it reads the conversation and picks the next step."""
-    last_user = max(i for i, m in enumerate(messages) if m.role == "user")
-    turn = messages[last_user:]
-    ask = turn[0].content or ""
-    done = [c.name for m in turn for c in m.tool_calls]
-    results = {m.name: m.content or "" for m in turn if m.role == "tool"}
-    order = _turn_order(messages)
-    if ask.startswith("Customer ") and "asks for a refund" in ask:
-        if "lookup_order" not in done:
-            return tool_call("lookup_order", order_id=order)
-        if "check_return_policy" not in done:
-            days = int(re.search(r'"days_since_delivery":\s*(\d+)', results["lookup_order"]).group(1))  # type: ignore[union-attr]
-            return tool_call("check_return_policy", order_id=order, days_since_delivery=days)
-        return text(f"I checked {order}: {results['check_return_policy']}.")
-    if ask.startswith("Check the refund"):
-        if "refund_status" not in done:
-            return tool_call("refund_status", order_id=order)
-        got = results["refund_status"]
-        if got.startswith("Error:"):
-            return text(f"The payments system did not answer for {order}; I will retry later.")
-        return text(f"Refund status: {got}.")
-    if ask.startswith("Remind me"):
-        if "lookup_order" not in done:
-            return tool_call("lookup_order", order_id=order)
-        return text(f"Order {order} again: {results['lookup_order'][:120]}")
-    if ask.startswith("Escalate"):
-        if "escalate" not in done:
-            return tool_call("escalate", order_id=order, reason="customer asked for a manager")
-        return text(f"Escalation of {order}: {results.get('escalate', 'no answer')}.")
-    if ask.startswith("Note:"):
-        if "add_note" not in done:
-            return tool_call("add_note", order_id=order, note=ask.removeprefix("Note:").strip())
-        return text("Noted on the case.")
-    if ask.startswith("Customer writes:"):
-        said = ask.removeprefix("Customer writes:").strip()
-        return text(f"Understood, I have added this to the case file of {order}: {said[:400]} I will follow up.")
-    return text(f"Understood. I have added this to the case file of {order} and will follow up.")
 
 
 # -- building -----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Bearer API keys, principals and the storage id of a client's thread.
 
-A **principal** is who is calling: ``anon`` when the server has no key, else the first 12 hex of
-``sha256(api key)`` — what tulip's server uses, so a thread a tulip server stored is found again.
+A **principal** is who is calling: :func:`~tulip_nb.core.principals.principal_for_api_key` (``anon``
+when the server has no key, else the first 12 hex of ``sha256(api key)``) — what tulip's server
+uses, so a thread a tulip server stored is found again.
 A server may accept several keys (one per team or notebook user); each key is its own principal
 and sees only its own threads.
 
@@ -28,21 +29,14 @@ from collections.abc import Sequence
 from typing import Literal
 
 from tulip_nb.core.errors import UserError
+from tulip_nb.core.principals import ANON_PRINCIPAL, principal_for_api_key
 
-__all__ = ["ANON", "ENV_VAR", "ApiKeys", "Layout", "principal_of", "storage_id", "storage_prefix"]
+__all__ = ["ENV_VAR", "ApiKeys", "Layout", "storage_id", "storage_prefix"]
 
-ANON = "anon"
 ENV_VAR = "TULIP_NB_SERVER_API_KEY"
 """Environment variable read when no key is passed (several keys: comma-separated)."""
 
 Layout = Literal["tulip", "plain"]
-
-
-def principal_of(api_key: str | None) -> str:
-    """``anon`` for no key, else the first 12 hex of sha256(key) (tulip's principal id)."""
-    if not api_key:
-        return ANON
-    return hashlib.sha256(api_key.encode()).hexdigest()[:12]
 
 
 def storage_prefix(principal: str, layout: Layout) -> str:
@@ -81,7 +75,7 @@ class ApiKeys:
     def principal_for(self, authorization: str | None) -> str | None:
         """The caller's principal from an ``Authorization`` header, or None if refused."""
         if not self._digests:
-            return ANON
+            return ANON_PRINCIPAL
         if not authorization:
             return None
         scheme, _, token = authorization.partition(" ")
@@ -92,4 +86,4 @@ class ApiKeys:
         ok = False
         for known in self._digests:  # no early exit: the time does not depend on which key matched
             ok |= hmac.compare_digest(digest, known)
-        return digest.hex()[:12] if ok else None
+        return principal_for_api_key(token) if ok else None

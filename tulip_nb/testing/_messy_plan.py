@@ -3,7 +3,7 @@
 A :class:`Plan` says what the scripted model answers at each request of one turn (an assistant
 message, or an exception to raise) and what the turn will leave in the thread: messages, tool
 calls, tool errors, idempotent hits, the error class. :class:`Planner` draws plans from a
-:class:`~tulip_nb.testing.messy.MessySpec` and a ``random.Random``, keeping the lookup keys the
+:class:`~tulip_nb.testing.MessySpec` and a ``random.Random``, keeping the lookup keys the
 thread already holds (a key looked up before is a cache hit).
 """
 
@@ -11,31 +11,20 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.models import ContextWindowExceeded as ProviderContextExceeded
 from tulip_nb.models import ModelError, ModelHTTPError
+from tulip_nb.testing._messy_spec import OUTCOME_RATES, MessySpec
 from tulip_nb.testing._messy_tools import lookup_record, metric_fails
 
-if TYPE_CHECKING:
-    from tulip_nb.testing.messy import MessySpec
-
-__all__ = ["OUTCOME_RATES", "Plan", "Planner", "Step"]
+__all__ = ["Plan", "Planner", "Step"]
 
 KEYS = 16
 """``lookup_record`` keys are drawn from ``k0`` .. ``k15``: repeats (cache hits) are common."""
-
-OUTCOME_RATES = {
-    "error": "error_rate",
-    "context_exceeded": "context_rate",
-    "max_iterations": "max_iterations_rate",
-    "interrupted": "interrupt_rate",
-    "tulip": "tulip_rate",
-}
-"""The spec field holding each failing outcome's per-turn probability."""
 
 Step = Message | BaseException
 """One model request: the assistant message it answers, or the exception it raises."""

@@ -24,11 +24,11 @@ from tulip_nb.core.messages import Message
 from tulip_nb.core.state import ReasoningStep, ToolExecution
 from tulip_nb.models import Model, ModelError, ScriptedModel
 from tulip_nb.testing._messy_plan import Plan, Step
+from tulip_nb.testing._messy_spec import MessySpec
 from tulip_nb.testing._messy_tools import TOOLS_V1, TOOLS_V2
 
 if TYPE_CHECKING:
     from tulip_nb.memory.checkpointer import BaseCheckpointer
-    from tulip_nb.testing.messy import MessySpec
 
 __all__ = ["RESUME_ANSWER", "Builder", "Done", "make_agent"]
 

@@ -9,7 +9,9 @@ with ``context_length=`` given, the request would pass ``trigger_fraction`` of i
 
 A kept turn keeps its user message: when the cut falls inside a turn, that turn's user message is
 not summarised but shown verbatim right after the summary (``[system] [summary] [user message of
-the turn] [the rest of the turn ..]``).
+the turn] [the rest of the turn ..]``). Where a block may end and what a view costs are the cut
+engine's (:mod:`tulip_nb.memory.conversation._cut`), configured with no head but the system
+prompt; this manager chooses the block (a ratio, or the nearest end that fits) and writes the summary.
 
 With ``context_length=`` the manager is **token-aware** and the window is a hard bound: when the
 view is still over ``context_length`` after that summary, it summarises further (a block chosen so
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.errors import ContextWindowExceeded, UserError
 from tulip_nb.core.messages import Message
+from tulip_nb.memory.conversation._cut import CutEngine
 from tulip_nb.memory.conversation.base import PlanningManager
 from tulip_nb.memory.conversation.compactor import summarizer_ref
 from tulip_nb.memory.conversation.plan import HistoryIndex, Plan, fingerprint, render
@@ -183,14 +186,6 @@ class SummarizingConversationManager(PlanningManager):
                 raise self._exceeded(total, view, messages, "apply() writes no summary; aapply() would")
         return view
 
-    def cut_for(self, messages: Sequence[Message]) -> tuple[int, int] | None:
-        """The block ``[start, cut)`` the next summary would cover, or ``None`` if none can be."""
-        idx = self._indexed(messages)
-        plan = self._current_plan(messages)
-        start, _ = self._covered(plan, idx.body)
-        cut = self._ratio_cut(messages, idx, plan)
-        return None if cut is None else (start, cut)
-
     def _covered(self, plan: Plan | None, body: int) -> tuple[int, int | None]:
         """Where the summarised part of ``plan`` ends, and the user message it keeps (if any)."""
         if plan is None or not plan.summarized:
@@ -200,68 +195,48 @@ class SummarizingConversationManager(PlanningManager):
         pin = inner[-1] if inner else None
         return max(plan.summarized[-1][1], pin + 1 if pin is not None else 0), pin
 
-    def _cuts(self, messages: Sequence[Message], idx: HistoryIndex, start: int) -> list[int]:
-        """Unit boundaries a summary starting at ``start`` may end at (the recent messages stay)."""
-        limit = len(messages) - self.preserve_recent_messages
-        cuts = idx.starts[idx.unit_at(start + 1) : idx.unit_at(limit + 1)]
-        if cuts and cuts[0] == start + 1 and messages[start].role == "user" and messages[cuts[0]].role != "user":
-            del cuts[0]  # it would summarise nothing: the user message before it stays, pinned
-        return cuts
+    def _engine(self, messages: Sequence[Message], idx: HistoryIndex, fixed: int = 0) -> CutEngine:
+        """The cut engine as this manager configures it: no head but the system prompt, no stubs."""
+        return CutEngine(messages, idx, fixed, head_end=idx.body)
 
-    def _ratio_cut(self, messages: Sequence[Message], idx: HistoryIndex, plan: Plan | None) -> int | None:
+    def _ratio_cut(self, cuts: CutEngine, plan: Plan | None) -> int | None:
         """The end of the next block: about ``summary_ratio`` of the messages the model sees."""
-        start, _ = self._covered(plan, idx.body)
-        cuts = self._cuts(messages, idx, start)
-        if not cuts:
+        start, _ = self._covered(plan, cuts.idx.body)
+        ends = cuts.boundaries(start, self.preserve_recent_messages)
+        if not ends:
             return None
-        visible = len(messages) - start + (1 if plan is not None and plan.summary else 0)
+        visible = cuts.n - start + (1 if plan is not None and plan.summary else 0)
         take = max(1, int(visible * self.summary_ratio))
         # The last unit boundary that covers at most ``take`` messages; else (a single unit longer
         # than ``take``) the first one.
-        k = bisect_right(cuts, start + take) - 1
-        return cuts[max(k, 0)]
+        k = bisect_right(ends, start + take) - 1
+        return ends[max(k, 0)]
 
-    def _pin(self, messages: Sequence[Message], idx: HistoryIndex, cut: int) -> int | None:
-        """The user message shown before a view that starts at ``cut`` inside a turn."""
-        if messages[cut].role == "user":
-            return None
-        return idx.turn_of(idx.unit_at(cut))
-
-    def _fit_cut(
-        self, messages: Sequence[Message], idx: HistoryIndex, plan: Plan | None, fixed: int, rounds: int
-    ) -> int | None:
+    def _fit_cut(self, cuts: CutEngine, plan: Plan | None, rounds: int) -> int | None:
         """The nearest block end whose view would fit the window (with a summary as long as the
         current one), else the farthest; ``None`` when nothing more may be summarised."""
         assert self.context_length is not None
-        start, _ = self._covered(plan, idx.body)
-        cuts = self._cuts(messages, idx, start)
-        if not cuts:
+        start, _ = self._covered(plan, cuts.idx.body)
+        ends = cuts.boundaries(start, self.preserve_recent_messages)
+        if not ends:
             return None
         if rounds >= 3:  # the summary keeps growing: summarise all that may be
-            return cuts[-1]
+            return ends[-1]
         msg = plan.summary_msg() if plan is not None else None
-        base = fixed + idx.prefix[idx.body] + (self.counter.count_message(msg) if msg is not None else 0)
-        n = len(messages)
-        for cut in cuts:
-            pin = self._pin(messages, idx, cut)
-            if base + (idx.counts[pin] if pin is not None else 0) + idx.span(cut, n) <= self.context_length:
-                return cut
-        return cuts[-1]
+        base = cuts.fixed + cuts.idx.prefix[cuts.head_end] + (self.counter.count_message(msg) if msg is not None else 0)
+        return cuts.first_fit(ends, base, self.context_length)[0]
 
-    def _floor_tokens(self, messages: Sequence[Message], idx: HistoryIndex, plan: Plan | None, fixed: int) -> int:
+    def _floor_tokens(self, cuts: CutEngine, plan: Plan | None) -> int:
         """A lower bound of the smallest view: everything that may be summarised, summarised (the
         new summary not counted; the current one when nothing more may be)."""
-        start, pin = self._covered(plan, idx.body)
-        cuts = self._cuts(messages, idx, start)
-        n = len(messages)
-        total = fixed + idx.prefix[idx.body]
-        if cuts:
-            pin = self._pin(messages, idx, cuts[-1])
-            start = cuts[-1]
-        else:
-            msg = plan.summary_msg() if plan is not None else None
-            total += self.counter.count_message(msg) if msg is not None else 0
-        return total + (idx.counts[pin] if pin is not None else 0) + idx.span(start, n)
+        start, pin = self._covered(plan, cuts.idx.body)
+        ends = cuts.boundaries(start, self.preserve_recent_messages)
+        base = cuts.fixed + cuts.idx.prefix[cuts.head_end]
+        if ends:
+            return cuts.view_tokens(base, ends[-1])
+        msg = plan.summary_msg() if plan is not None else None
+        base += self.counter.count_message(msg) if msg is not None else 0
+        return base + cuts.pin_cost(pin) + cuts.cost(start, cuts.n)
 
     async def _aview(
         self, messages: list[Message], tools: Sequence[Mapping[str, Any]] | None, state: AgentState | None
@@ -274,24 +249,23 @@ class SummarizingConversationManager(PlanningManager):
         self._reduce_pending = False
         window = self.context_length
         counter = self.counter
-        idx = self._indexed(messages)
-        fixed = counter.count_tools(tools) + REPLY_PRIMING
+        cuts = self._engine(messages, self._indexed(messages), counter.count_tools(tools) + REPLY_PRIMING)
         if window is not None:
-            floor = self._floor_tokens(messages, idx, plan, fixed)
+            floor = self._floor_tokens(cuts, plan)
             if floor > window:  # even summarising all that may be cannot fit: no summariser call
                 raise self._exceeded(floor, view, messages, "everything that may be summarised is")
         new, out = plan, view
         after = counter.count_request(out, tools)
-        cut = self._ratio_cut(messages, idx, plan)
+        cut = self._ratio_cut(cuts, plan)
         rounds = 0
         while cut is not None:
-            new = await self._summarised(messages, idx, new, cut)
+            new = await self._summarised(cuts, new, cut)
             out = render(new, messages)
             after = counter.count_request(out, tools)
             rounds += 1
             if window is None or after <= window:
                 break
-            cut = self._fit_cut(messages, idx, new, fixed, rounds)
+            cut = self._fit_cut(cuts, new, rounds)
         if window is not None and after > window:
             raise self._exceeded(after, out, messages, "everything that may be summarised is")
         if new is plan:
@@ -302,11 +276,11 @@ class SummarizingConversationManager(PlanningManager):
         self._record(state, trigger, new, messages, counter.count_request(messages, tools), after)
         return out
 
-    async def _summarised(self, messages: Sequence[Message], idx: HistoryIndex, plan: Plan | None, cut: int) -> Plan:
+    async def _summarised(self, cuts: CutEngine, plan: Plan | None, cut: int) -> Plan:
         """``plan`` with the block up to ``cut`` summarised (the previous summary compounds)."""
-        n, body = len(messages), idx.body
+        messages, n, body = cuts.messages, cuts.n, cuts.head_end
         start, old_pin = self._covered(plan, body)
-        pin = self._pin(messages, idx, cut)
+        pin = cuts.pin_at(cut)
         block = [messages[old_pin]] if old_pin is not None and old_pin != pin else []
         block += [m for i, m in enumerate(messages[start:cut], start) if i != pin]
         summary = await self._summarise(block, plan.summary if plan is not None else None)
@@ -318,9 +292,7 @@ class SummarizingConversationManager(PlanningManager):
             n=n,
             fp=fingerprint(messages, n),
             kept=kept,
-            summarized=[(s, e) for s, e in ((body, pin), (pin + 1, cut)) if s < e]
-            if pin is not None
-            else [(body, cut)],
+            summarized=cuts.summarised(body, cut, pin),
             summary=summary,
             summary_at=body,
         )

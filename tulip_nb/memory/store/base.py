@@ -302,12 +302,6 @@ class BaseStore(ABC):
         """
         raise self._missing("search", "search", "use list_keys(), or a store with capabilities.search")
 
-    async def search_many(
-        self, namespaces: Sequence[Namespace], query: str | None = None, limit: int = 10
-    ) -> list[list[StoreItem]]:
-        """:meth:`search` over several namespaces: one result list per namespace, in order."""
-        return [await self.search(ns, query=query, limit=limit) for ns in namespaces]
-
     async def put_with_embedding(
         self,
         namespace: Namespace,
