@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["SWEEP_COLUMNS", "afork", "asweep", "branch_state", "fork", "save_branch", "sweep", "turn_executions"]
+__all__ = ["SWEEP_COLUMNS", "branch_state", "save_branch", "turn_executions"]
 
 VARIANT_KEYS = frozenset({"model", "system_prompt", "edit", "conversation_manager", "tool_override"})
 

@@ -42,7 +42,7 @@ from tulip_nb.memory.checkpointer import (
 from tulip_nb.memory.history import ChainCache, state_rest
 from tulip_nb.memory.retention import plan_prune
 
-__all__ = ["MemoryCheckpointer"]
+__all__: list[str] = []
 
 
 class MemoryCheckpointer(InTreeCheckpointer):

@@ -93,7 +93,7 @@ from tulip_nb.memory.checkpointer import (
 from tulip_nb.memory.history import ChainCache, StoredCheckpoint, state_rest
 from tulip_nb.memory.retention import plan_prune
 
-__all__ = ["S3Backend", "s3_checkpointer"]
+__all__: list[str] = []
 
 T = TypeVar("T")
 _MAX_KEY_BYTES = 1024  # S3's limit on a key
