@@ -8,13 +8,23 @@
    ``server``, ``pandas``, ``matplotlib`` or ``ipywidgets`` -- at module level or inside a function
    (a server or a batch job must not pull a UI stack).
 
+4. No import cycles among our modules. Here too every import counts, wherever it is (a cycle hidden
+   behind ``TYPE_CHECKING`` or a function-level import is still a cycle of ideas), with one
+   exception: the imports between a package and its own descendants (``tulip_nb/lab/__init__.py``
+   re-exporting from ``tulip_nb.lab.thread``, or ``tulip_nb.lab.thread`` naming ``tulip_nb.lab``):
+   a package ``__init__`` only re-exports its submodules (eagerly, lazily through
+   :mod:`tulip_nb._lazy`, or under ``if TYPE_CHECKING:`` for type checkers), so those edges are
+   left out of the graph. Lazy-map strings (``".thread"``) are not imports at all. Its imports of
+   modules outside the package count as the package's own edges. This is the graph
+   ``notes/metrics.py`` measures.
+
 Every ``import`` statement counts, wherever it is (``if TYPE_CHECKING:`` blocks and functions too).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "tulip_nb"
@@ -32,6 +42,35 @@ ABOVE_THE_LINE = ("tulip_nb.lab", "tulip_nb.widgets", "tulip_nb.server", "pandas
 # Violations still to fix, as (importer, imported) pairs (none left). An entry that is no longer
 # needed fails the test too.
 ALLOWED: frozenset[tuple[str, str]] = frozenset()
+
+
+# Import cycles (strongly connected components) still to remove, each as the set of its modules.
+# All being removed in issue 31: the lead empties this set once those branches are merged. An
+# entry that no longer matches a cycle exactly fails the test too.
+ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset(
+    {
+        frozenset({"tulip_nb.memory.checkpointer", "tulip_nb.memory.retention"}),
+        frozenset({"tulip_nb.agent._loop", "tulip_nb.agent.agent"}),
+        frozenset(
+            {
+                "tulip_nb.lab._corpus_rows",
+                "tulip_nb.lab._corpus_summary",
+                "tulip_nb.lab.branches",
+                "tulip_nb.lab.corpus",
+                "tulip_nb.lab.corpus_frames",
+                "tulip_nb.lab.corpus_sweep",
+                "tulip_nb.lab.diff",
+                "tulip_nb.lab.executors",
+                "tulip_nb.lab.export",
+                "tulip_nb.lab.replay",
+                "tulip_nb.lab.share",
+                "tulip_nb.lab.simulate",
+                "tulip_nb.lab.thread",
+            }
+        ),
+        frozenset({"tulip_nb.testing._messy_plan", "tulip_nb.testing._messy_run", "tulip_nb.testing.messy"}),
+    }
+)
 
 
 def _module_name(path: Path) -> str:
@@ -102,6 +141,86 @@ def test_every_module_follows_the_import_rules() -> None:
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {module} {why}")
     assert not found, "import rules broken (ARCHITECTURE.md, Layers):\n" + "\n".join(sorted(set(found)))
     assert used == ALLOWED, f"allow-list entries no longer needed: {sorted(ALLOWED - used)}"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Our module -> the modules of ours it imports (rule 4: package/descendant edges left out)."""
+    graph: dict[str, set[str]] = {}
+    for module, path in _modules():
+        graph[module] = {
+            imported
+            for _, imported in _imports(module, path)
+            if _inside(imported, "tulip_nb")
+            and _is_module(imported)
+            and not _inside(imported, module)
+            and not _inside(module, imported)
+        }
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[frozenset[str]] = set()
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.add(frozenset(component))
+    return found
+
+
+def _describe(cycles: Iterable[frozenset[str]]) -> str:
+    return "\n".join("  " + ", ".join(sorted(c)) for c in sorted(cycles, key=sorted))
+
+
+def test_no_import_cycles() -> None:
+    cycles = _cycles(_import_graph())
+    assert cycles <= ALLOWED_CYCLES, "import cycles (ARCHITECTURE.md, Layers, rule 4):\n" + _describe(
+        cycles - ALLOWED_CYCLES
+    )
+    assert cycles == ALLOWED_CYCLES, "allowed cycles no longer there, remove them:\n" + _describe(
+        ALLOWED_CYCLES - cycles
+    )
+
+
+def test_the_cycle_finder_sees_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e", "d"}}
+    assert _cycles(graph) == {frozenset({"a", "b", "c"})}
+    assert _cycles({"x": {"y"}, "y": set()}) == set()
+    # a package re-exporting its submodule, which names the package back, is no cycle
+    graph = _import_graph()
+    assert "tulip_nb.lab.thread" not in graph["tulip_nb.lab"]
 
 
 def test_the_checker_sees_violations() -> None:

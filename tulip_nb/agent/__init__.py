@@ -20,8 +20,12 @@ from tulip_nb.agent.agent import Agent, AgentBase
 from tulip_nb.agent.errors import AgentError, NotACheckpointer, NothingToResume, ResumeNeedsResponse
 from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, Hooks, IterationDone, ModelCall, ToolCalled
 from tulip_nb.agent.result import AgentResult, PendingInterrupt, Step, StopReason
-from tulip_nb.memory.conversation.base import ConversationManager, NullConversationManager, NullManager
-from tulip_nb.tools import Interrupt, Tool, tool
+from tulip_nb.memory.conversation.base import ConversationManager
+from tulip_nb.memory.conversation.base import NullConversationManager as NullConversationManager
+from tulip_nb.memory.conversation.base import NullManager as NullManager
+from tulip_nb.tools import Interrupt as Interrupt
+from tulip_nb.tools import Tool as Tool
+from tulip_nb.tools import tool as tool
 
 __all__ = [
     "Agent",
@@ -32,19 +36,14 @@ __all__ = [
     "CheckpointSaved",
     "ConversationManager",
     "Hooks",
-    "Interrupt",
     "IterationDone",
     "ModelCall",
     "NotACheckpointer",
     "NothingToResume",
-    "NullConversationManager",
-    "NullManager",
     "PendingInterrupt",
     "ResumeNeedsResponse",
     "Step",
     "StopReason",
-    "Tool",
     "ToolCalled",
     "run_sync",
-    "tool",
 ]

@@ -10,24 +10,19 @@ under the names the seed uses.
 
 from __future__ import annotations
 
+from tulip_nb.memory.conversation import ConversationManager as ConversationManager
+from tulip_nb.memory.conversation import LLMCompactor as LLMCompactor
 from tulip_nb.memory.conversation import (
-    ConversationManager,
-    LLMCompactor,
     NullConversationManager,
-    NullManager,
     SlidingWindowConversationManager,
-    SlidingWindowManager,
     SummarizingConversationManager,
-    default_conversation_manager,
 )
+from tulip_nb.memory.conversation import NullManager as NullManager
+from tulip_nb.memory.conversation import SlidingWindowManager as SlidingWindowManager
+from tulip_nb.memory.conversation import default_conversation_manager as default_conversation_manager
 
 __all__ = [
-    "ConversationManager",
-    "LLMCompactor",
     "NullConversationManager",
-    "NullManager",
     "SlidingWindowConversationManager",
-    "SlidingWindowManager",
     "SummarizingConversationManager",
-    "default_conversation_manager",
 ]

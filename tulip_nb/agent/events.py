@@ -37,20 +37,7 @@ from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import ToolExecution
 from tulip_nb.models.base import Usage
 
-__all__ = [
-    "HOOK_NAMES",
-    "CheckpointLoaded",
-    "CheckpointSaved",
-    "HookName",
-    "Hooks",
-    "InterruptAnswered",
-    "InterruptRaised",
-    "IterationDone",
-    "ModelCall",
-    "ToolCalled",
-    "check_hooks",
-    "emit",
-]
+__all__ = ["HOOK_NAMES", "HookName", "InterruptAnswered", "InterruptRaised", "check_hooks", "emit"]
 
 
 @dataclass(frozen=True)

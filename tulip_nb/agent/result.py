@@ -9,7 +9,7 @@ from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
 from tulip_nb.models.base import Usage
 
-__all__ = ["AgentResult", "PendingInterrupt", "Step", "StopReason"]
+__all__: list[str] = []
 
 StopReason = Literal["complete", "terminal_tool", "max_iterations", "interrupted", "error"]
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from tulip_nb.agent._loop import TurnRunner, snapshot
 from tulip_nb.agent._turn import canonical_args, start_turn
-from tulip_nb.core.keys import ITER_KEY, RUN_KEY
+from tulip_nb.core.keys import ITER_KEY as ITER_KEY
+from tulip_nb.core.keys import RUN_KEY as RUN_KEY
 
-__all__ = ["ITER_KEY", "RUN_KEY", "TurnRunner", "canonical_args", "snapshot", "start_turn"]
+__all__ = ["TurnRunner", "canonical_args", "snapshot", "start_turn"]

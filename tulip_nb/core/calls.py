@@ -38,14 +38,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tulip_nb.core.keys import POSITION_KEY
+from tulip_nb.core.keys import POSITION_KEY as POSITION_KEY
 from tulip_nb.core.messages import Message
 
 if TYPE_CHECKING:
     from tulip_nb.core.state import ToolExecution
 
 __all__ = [
-    "POSITION_KEY",
     "CallRef",
     "answered_by",
     "block_end",

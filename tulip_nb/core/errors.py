@@ -32,20 +32,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-__all__ = [
-    "BackendUnavailable",
-    "CapabilityNotSupported",
-    "CheckpointConflict",
-    "CheckpointCorrupt",
-    "CheckpointError",
-    "CheckpointNotFound",
-    "ContextWindowExceeded",
-    "InvalidThreadId",
-    "MissingDependency",
-    "TulipNBError",
-    "UserError",
-    "problem_from",
-]
+__all__ = ["problem_from"]
 
 
 class TulipNBError(Exception):

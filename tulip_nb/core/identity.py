@@ -38,7 +38,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar, overload
 
-__all__ = ["IdentityCache"]
+__all__: list[str] = []
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -20,7 +20,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from tulip_nb.core.frozen import EMPTY, FrozenList, freeze
 
-__all__ = ["Message", "Role", "ToolCall"]
+__all__: list[str] = []
 
 Role = Literal["system", "user", "assistant", "tool"]
 

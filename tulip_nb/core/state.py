@@ -24,17 +24,7 @@ from tulip_nb.core._time import AwareDatetime, utcnow
 from tulip_nb.core.canonical import written_json
 from tulip_nb.core.messages import DIGEST_CACHE, Message, ToolCall
 
-__all__ = [
-    "AgentState",
-    "MessageBlobCache",
-    "ReasoningStep",
-    "ToolExecution",
-    "message_digest",
-    "messages_digest",
-    "prefix_digests",
-    "state_json_bytes",
-    "state_json_parts",
-]
+__all__ = ["message_digest", "messages_digest", "prefix_digests"]
 
 DEFAULT_READ_ONLY_TOOLS: tuple[str, ...] = (
     "cat",

@@ -41,13 +41,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from tulip_nb.core.keys import RUN_KEY, TURNS_KEY
+from tulip_nb.core.keys import RUN_KEY
+from tulip_nb.core.keys import TURNS_KEY as TURNS_KEY
 from tulip_nb.core.messages import Message
 
 __all__ = [
     "FAILED_OUTCOMES",
     "OUTCOMES",
-    "TURNS_KEY",
     "Outcome",
     "Turn",
     "outcome_for",

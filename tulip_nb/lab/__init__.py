@@ -9,8 +9,9 @@ widgets in :mod:`tulip_nb.widgets` only arrange these calls. Names are imported 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tulip_nb._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from tulip_nb.lab._ids import add_principal, principal_for_api_key, strip_principal
@@ -44,52 +45,52 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
 
 # public name -> module that defines it (each module adds its own lines)
 _LAZY: dict[str, str] = {
-    "aexport_threads": "tulip_nb.lab.export",
-    "export_threads": "tulip_nb.lab.export",
-    "add_principal": "tulip_nb.lab._ids",
-    "strip_principal": "tulip_nb.lab._ids",
-    "principal_for_api_key": "tulip_nb.lab._ids",
-    "Thread": "tulip_nb.lab.thread",
-    "open_thread": "tulip_nb.lab.thread",
-    "aopen_thread": "tulip_nb.lab.thread",
-    "threads": "tulip_nb.lab.thread",
-    "athreads": "tulip_nb.lab.thread",
-    "as_thread": "tulip_nb.lab.thread",
-    "aas_thread": "tulip_nb.lab.thread",
-    "ThreadLike": "tulip_nb.lab.thread",
-    "Replay": "tulip_nb.lab.replay",
-    "LiveBranch": "tulip_nb.lab.replay",
-    "fork": "tulip_nb.lab.branches",
-    "afork": "tulip_nb.lab.branches",
-    "sweep": "tulip_nb.lab.branches",
-    "asweep": "tulip_nb.lab.branches",
-    "diff_threads": "tulip_nb.lab.diff",
-    "adiff_threads": "tulip_nb.lab.diff",
-    "ThreadDiff": "tulip_nb.lab.diff",
-    "MessageChange": "tulip_nb.lab.diff",
-    "simulate_compaction": "tulip_nb.lab.simulate",
-    "asimulate_compaction": "tulip_nb.lab.simulate",
-    "compaction_grid": "tulip_nb.lab.simulate",
-    "summarize_simulation": "tulip_nb.lab.simulate",
-    "length_summarizer": "tulip_nb.lab.simulate",
-    "plot_token_usage": "tulip_nb.lab.plots",
-    "InlineFigure": "tulip_nb.lab.plots",
-    "plot_composition": "tulip_nb.lab.plots",
-    "plot_sweep": "tulip_nb.lab.plots",
-    "to_png": "tulip_nb.lab.plots",
-    "Corpus": "tulip_nb.lab.corpus",
-    "open_corpus": "tulip_nb.lab.corpus",
-    "aopen_corpus": "tulip_nb.lab.corpus",
-    "summarize_corpus_simulation": "tulip_nb.lab.corpus",
-    "map_threads": "tulip_nb.lab.executors",
-    "amap_threads": "tulip_nb.lab.executors",
-    "build_corpus": "tulip_nb.lab.synthetic",
-    "abuild_corpus": "tulip_nb.lab.synthetic",
-    "corpus_facts": "tulip_nb.lab.synthetic",
-    "sweep_corpus": "tulip_nb.lab.corpus_sweep",
-    "asweep_corpus": "tulip_nb.lab.corpus_sweep",
-    "plot_corpus_distributions": "tulip_nb.lab.corpus_plots",
-    "plot_facts_kept": "tulip_nb.lab.corpus_plots",
+    "aexport_threads": ".export",
+    "export_threads": ".export",
+    "add_principal": "._ids",
+    "strip_principal": "._ids",
+    "principal_for_api_key": "._ids",
+    "Thread": ".thread",
+    "open_thread": ".thread",
+    "aopen_thread": ".thread",
+    "threads": ".thread",
+    "athreads": ".thread",
+    "as_thread": ".thread",
+    "aas_thread": ".thread",
+    "ThreadLike": ".thread",
+    "Replay": ".replay",
+    "LiveBranch": ".replay",
+    "fork": ".branches",
+    "afork": ".branches",
+    "sweep": ".branches",
+    "asweep": ".branches",
+    "diff_threads": ".diff",
+    "adiff_threads": ".diff",
+    "ThreadDiff": ".diff",
+    "MessageChange": ".diff",
+    "simulate_compaction": ".simulate",
+    "asimulate_compaction": ".simulate",
+    "compaction_grid": ".simulate",
+    "summarize_simulation": ".simulate",
+    "length_summarizer": ".simulate",
+    "plot_token_usage": ".plots",
+    "InlineFigure": ".plots",
+    "plot_composition": ".plots",
+    "plot_sweep": ".plots",
+    "to_png": ".plots",
+    "Corpus": ".corpus",
+    "open_corpus": ".corpus",
+    "aopen_corpus": ".corpus",
+    "summarize_corpus_simulation": ".corpus",
+    "map_threads": ".executors",
+    "amap_threads": ".executors",
+    "build_corpus": ".synthetic",
+    "abuild_corpus": ".synthetic",
+    "corpus_facts": ".synthetic",
+    "sweep_corpus": ".corpus_sweep",
+    "asweep_corpus": ".corpus_sweep",
+    "plot_corpus_distributions": ".corpus_plots",
+    "plot_facts_kept": ".corpus_plots",
 }
 
 __all__ = [
@@ -141,13 +142,4 @@ __all__ = [
     "to_png",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["Corpus", "aopen_corpus", "open_corpus", "pending_summary", "summarize_corpus_simulation"]
+__all__ = ["pending_summary"]
 
 _COUNTS = [
     c

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["Hunk", "MessageChange", "ThreadDiff", "adiff_threads", "diff_threads"]
+__all__ = ["Hunk"]
 
 
 @dataclass

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-__all__ = ["REPORT_COLUMNS", "aexport_threads", "export_threads", "open_checkpointer"]
+__all__ = ["REPORT_COLUMNS", "open_checkpointer"]
 
 History = Literal["all", "latest"]
 Threads: TypeAlias = "str | Thread | Sequence[str | Thread] | None"

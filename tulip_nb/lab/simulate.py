@@ -81,14 +81,7 @@ if TYPE_CHECKING:
 
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = [
-    "RECORDED",
-    "compaction_grid",
-    "length_summarizer",
-    "normalize_probes",
-    "simulate_compaction",
-    "summarize_simulation",
-]
+__all__ = ["RECORDED", "normalize_probes"]
 
 RECORDED = "recorded"
 """A config that stands for the manager the thread ran with (its saved settings), e.g.

@@ -60,7 +60,7 @@ from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Thread", "ThreadLike", "aas_thread", "aopen_thread", "as_thread", "athreads", "open_thread", "threads"]
+__all__: list[str] = []
 
 """``limit`` that lists every checkpoint of a thread."""
 

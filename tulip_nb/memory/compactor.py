@@ -11,30 +11,23 @@ re-exports them.
 
 from __future__ import annotations
 
-from tulip_nb.memory.conversation.base import (
-    ConversationManager,
-    NullConversationManager,
-    NullManager,
-    PlanningManager,
-)
+from tulip_nb.memory.conversation.base import ConversationManager as ConversationManager
+from tulip_nb.memory.conversation.base import NullConversationManager as NullConversationManager
+from tulip_nb.memory.conversation.base import NullManager
+from tulip_nb.memory.conversation.base import PlanningManager as PlanningManager
 from tulip_nb.memory.conversation.compactor import LLMCompactor, SummarizeFn, default_conversation_manager
-from tulip_nb.memory.conversation.events import EVENTS_KEY, STATE_KEY, model_view, model_views
-from tulip_nb.memory.conversation.summarizing import SummarizingConversationManager
-from tulip_nb.memory.conversation.window import SlidingWindowConversationManager, SlidingWindowManager
+from tulip_nb.memory.conversation.events import EVENTS_KEY as EVENTS_KEY
+from tulip_nb.memory.conversation.events import STATE_KEY as STATE_KEY
+from tulip_nb.memory.conversation.events import model_view as model_view
+from tulip_nb.memory.conversation.events import model_views as model_views
+from tulip_nb.memory.conversation.summarizing import SummarizingConversationManager as SummarizingConversationManager
+from tulip_nb.memory.conversation.window import SlidingWindowConversationManager as SlidingWindowConversationManager
+from tulip_nb.memory.conversation.window import SlidingWindowManager
 
 __all__ = [
-    "EVENTS_KEY",
-    "STATE_KEY",
-    "ConversationManager",
     "LLMCompactor",
-    "NullConversationManager",
     "NullManager",
-    "PlanningManager",
-    "SlidingWindowConversationManager",
     "SlidingWindowManager",
     "SummarizeFn",
-    "SummarizingConversationManager",
     "default_conversation_manager",
-    "model_view",
-    "model_views",
 ]

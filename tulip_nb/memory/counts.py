@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.calls import answered_by, execution_position
-from tulip_nb.core.keys import COUNTS_KEY, FORKED_FROM_KEY, MESSAGES_KEY, PARENT_KEY, RUN_ID_KEY, SOURCE_KEY
+from tulip_nb.core.keys import COUNTS_KEY as COUNTS_KEY
+from tulip_nb.core.keys import FORKED_FROM_KEY, MESSAGES_KEY, PARENT_KEY, RUN_ID_KEY, SOURCE_KEY
 from tulip_nb.core.state import AgentState, ToolExecution
 from tulip_nb.core.turns import FAILED_OUTCOMES, OUTCOMES, split_turns
 from tulip_nb.memory.conversation import EVENTS_KEY, compaction_events, saved_token_counts
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
 
 __all__ = [
-    "COUNTS_KEY",
     "COUNTS_VERSION",
     "LINEAGE_COUNTS",
     "STATE_COUNTS",

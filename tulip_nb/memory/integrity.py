@@ -113,30 +113,21 @@ from tulip_nb.core.errors import CheckpointNotFound
 from tulip_nb.core.keys import CREATED_AT_KEY, FORKED_FROM_KEY, MESSAGES_KEY, PARENT_KEY, PRUNED_KEY, SEQ_KEY
 from tulip_nb.core.state import MessageBlobCache
 from tulip_nb.memory._integrity_anchor import Anchor, as_anchor, check_anchor, head_anchor
-from tulip_nb.memory._signing import (
-    ALG,
-    ALG_KEY,
-    ALGS,
-    HASH_KEY,
-    PARENT_HASH_KEY,
-    checkpoint_hash,
-)
+from tulip_nb.memory._signing import ALG, ALGS, checkpoint_hash
+from tulip_nb.memory._signing import ALG_KEY as ALG_KEY
+from tulip_nb.memory._signing import HASH_KEY as HASH_KEY
+from tulip_nb.memory._signing import PARENT_HASH_KEY as PARENT_HASH_KEY
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, messages_mark
 
 __all__ = [
     "ALG",
     "ALGS",
-    "ALG_KEY",
     "FAILURES",
-    "HASH_KEY",
-    "PARENT_HASH_KEY",
     "Anchor",
     "CheckpointVerdict",
-    "ThreadVerification",
     "checkpoint_hash",
     "recompute_hash",
     "unsigned_metadata",
-    "verify_thread",
 ]
 
 Status = Literal["ok", "mismatch", "broken_chain", "unsigned", "unreadable", "rolled_back", "origin_gone"]

@@ -45,7 +45,8 @@ import orjson
 
 from tulip_nb.core.calls import model_call_count, model_call_index
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.keys import MEMORY_EVENTS_KEY, MEMORY_MARK
+from tulip_nb.core.keys import MEMORY_EVENTS_KEY as MEMORY_EVENTS_KEY
+from tulip_nb.core.keys import MEMORY_MARK
 from tulip_nb.core.messages import Message
 from tulip_nb.memory.conversation.base import ConversationManager
 from tulip_nb.memory.conversation.events import model_view
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXTRACTION_PROMPT",
-    "MEMORY_EVENTS_KEY",
     "Embedder",
     "HashingEmbedder",
     "LLMMemoryManager",

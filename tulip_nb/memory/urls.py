@@ -45,7 +45,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tulip_nb.core.errors import UserError
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 
-__all__ = ["checkpointer_from_url"]
+__all__: list[str] = []
 
 _ACCEPTED = (
     "file:DIR, file:///abs/dir, memory:, s3://bucket/prefix/, redis://host:6379/0, rediss://..., "

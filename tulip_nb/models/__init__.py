@@ -27,7 +27,9 @@ from tulip_nb.models.base import (
 from tulip_nb.models.budget import Budget, BudgetExceeded, BudgetMeter, MeteredModel, metered
 from tulip_nb.models.cache import CachedModel, CacheEntry, ModelCache, cached, request_key
 from tulip_nb.models.limits import ConcurrencyLimit, RetriesExhausted, RetryPolicy, shared_limit
-from tulip_nb.models.metadata import ModelMetadata, metadata_for, register_metadata
+from tulip_nb.models.metadata import ModelMetadata as ModelMetadata
+from tulip_nb.models.metadata import metadata_for as metadata_for
+from tulip_nb.models.metadata import register_metadata as register_metadata
 from tulip_nb.models.pricing import DEFAULT_PRICES, Price, cost_of, price_for, register_price
 from tulip_nb.models.replay import Divergence, ReplayDiverged, ReplayModel
 from tulip_nb.models.scripted import ScriptedModel, text, tool_call, tool_calls
@@ -47,7 +49,6 @@ __all__ = [
     "ModelCache",
     "ModelError",
     "ModelHTTPError",
-    "ModelMetadata",
     "ModelResponse",
     "Price",
     "ReplayDiverged",
@@ -58,10 +59,8 @@ __all__ = [
     "Usage",
     "cached",
     "cost_of",
-    "metadata_for",
     "metered",
     "price_for",
-    "register_metadata",
     "register_price",
     "request_key",
     "resolve_model",

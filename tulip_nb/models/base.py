@@ -22,7 +22,7 @@ from tulip_nb.core import errors
 from tulip_nb.core.errors import TulipNBError
 from tulip_nb.core.messages import Message
 
-__all__ = ["ContextWindowExceeded", "Model", "ModelError", "ModelHTTPError", "ModelResponse", "Usage"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from tulip_nb.models.base import Model, ModelResponse, Usage
 from tulip_nb.models.pricing import Price, cost_of
 from tulip_nb.tokens import get_counter
 
-__all__ = ["Budget", "BudgetExceeded", "BudgetMeter", "MeteredModel", "as_budget", "metered"]
+__all__ = ["as_budget"]
 
 
 @dataclass(frozen=True)

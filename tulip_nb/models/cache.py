@@ -54,7 +54,7 @@ from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.models.base import Model, ModelResponse, Usage
 
-__all__ = ["CacheEntry", "CachedModel", "ModelCache", "cached", "request_key"]
+__all__: list[str] = []
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (

@@ -30,7 +30,7 @@ from typing import Any
 from tulip_nb.models._by_model import ByModel
 from tulip_nb.models.base import Usage
 
-__all__ = ["DEFAULT_PRICES", "Price", "cost_of", "model_cost", "price_for", "register_price"]
+__all__ = ["model_cost"]
 
 
 @dataclass(frozen=True)

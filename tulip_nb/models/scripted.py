@@ -35,7 +35,7 @@ from typing import Any
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.models.base import ModelError, ModelResponse, Usage
 
-__all__ = ["Reply", "ScriptedModel", "text", "tool_call", "tool_calls"]
+__all__ = ["Reply"]
 
 Reply = ModelResponse | Message | str
 """What a script entry or a reply function may give: a response, an assistant message, or text."""

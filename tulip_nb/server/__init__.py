@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tulip_nb._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from tulip_nb.server.agent_server import AgentServer
@@ -17,19 +18,13 @@ __all__ = ["AgentServer", "checkpoint_app"]
 
 # name -> module (import on first use: starlette is an optional dependency, ``tulip_nb[server]``)
 _LAZY: dict[str, str] = {
-    "checkpoint_app": "tulip_nb.server.checkpoints",
-    "AgentServer": "tulip_nb.server.agent_server",
+    "checkpoint_app": ".checkpoints",
+    "AgentServer": ".agent_server",
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        raise ImportError(f"tulip_nb.server.{name} needs starlette: pip install 'tulip_nb[server]'") from e
-    value = getattr(mod, name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
+def _needs_starlette(name: str, error: ImportError) -> ImportError:
+    return ImportError(f"tulip_nb.server.{name} needs starlette: pip install 'tulip_nb[server]'")
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, on_import_error=_needs_starlette)

@@ -51,8 +51,9 @@ This package is for tests: :class:`CheckpointerSuite` imports pytest and pytest-
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tulip_nb._lazy import lazy_exports
 from tulip_nb.testing._states import ODD_THREAD_IDS, full_state
 
 if TYPE_CHECKING:
@@ -93,8 +94,8 @@ __all__ = [
     "store_view",
 ]
 
-_SUITE = {"CheckpointerFactory", "CheckpointerSuite", "Opener", "store_view"}
-_MESSY = {
+_SUITE = ("CheckpointerFactory", "CheckpointerSuite", "Opener", "store_view")  # import pytest
+_MESSY = (  # import the agent
     "MessyFork",
     "MessySpec",
     "MessyThread",
@@ -107,21 +108,7 @@ _MESSY = {
     "keep_facts",
     "messy_agent",
     "messy_specs",
-}
-_LAZY = _SUITE | _MESSY
+)
+_LAZY: dict[str, str] = {**dict.fromkeys(_SUITE, "._suite"), **dict.fromkeys(_MESSY, ".messy")}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _SUITE:  # the suite imports pytest: only when asked for
-        from tulip_nb.testing import _suite
-
-        return getattr(_suite, name)
-    if name in _MESSY:  # the generator imports the agent: only when asked for
-        from tulip_nb.testing import messy
-
-        return getattr(messy, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | _LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

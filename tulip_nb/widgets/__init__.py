@@ -24,8 +24,10 @@ Example::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tulip_nb._deps import EXTRAS, missing
+from tulip_nb._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from tulip_nb.widgets.corpus import CorpusView
@@ -34,14 +36,14 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from tulip_nb.widgets.tuner import CompactionTuner
 
 _LAZY: dict[str, str] = {
-    "CompactionTuner": "tulip_nb.widgets.tuner",
-    "CorpusView": "tulip_nb.widgets.corpus",
-    "ExportPanel": "tulip_nb.widgets.panels",
-    "ReplayPlayer": "tulip_nb.widgets.panels",
-    "Stepper": "tulip_nb.widgets.stepper",
-    "ThreadBrowser": "tulip_nb.widgets.panels",
-    "ThreadDiffView": "tulip_nb.widgets.panels",
-    "TokenBudget": "tulip_nb.widgets.stepper",
+    "CompactionTuner": ".tuner",
+    "CorpusView": ".corpus",
+    "ExportPanel": ".panels",
+    "ReplayPlayer": ".panels",
+    "Stepper": ".stepper",
+    "ThreadBrowser": ".panels",
+    "ThreadDiffView": ".panels",
+    "TokenBudget": ".stepper",
 }
 
 __all__ = [
@@ -56,20 +58,11 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as e:  # ipywidgets / matplotlib / pandas come with the notebook extra
-        from tulip_nb._deps import EXTRAS, missing
-
-        if (e.name or "").partition(".")[0] not in EXTRAS:
-            raise  # not an optional package: the real error, unchanged
-        raise missing(e.name or "", feature=f"tulip_nb.widgets.{name}") from e
-    return getattr(mod, name)
+def _missing_extra(name: str, error: ImportError) -> ImportError | None:
+    """ipywidgets / matplotlib / pandas come with the notebook extra; other errors stay unchanged."""
+    if (error.name or "").partition(".")[0] not in EXTRAS:
+        return None
+    return missing(error.name or "", feature=f"tulip_nb.widgets.{name}")
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, on_import_error=_missing_extra)

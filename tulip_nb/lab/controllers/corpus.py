@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from tulip_nb.lab.corpus import Corpus
     from tulip_nb.lab.thread import Thread
 
-__all__ = ["PAGE_SIZE", "SIM_COLUMNS", "TABLE_COLUMNS", "CorpusController"]
+__all__ = ["PAGE_SIZE", "SIM_COLUMNS", "TABLE_COLUMNS"]
 
 PAGE_SIZE = 25
 """Rows on a page of the table."""

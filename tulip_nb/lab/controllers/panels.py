@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from tulip_nb.agent import Agent
     from tulip_nb.lab.controllers.stepper import StepperController
 
-__all__ = ["BrowserController", "BudgetController", "DiffController", "ExportController", "PlayerController"]
+__all__: list[str] = []
 
 DIFF_ROWS = 50
 """Changed messages a diff lists (the rest: ``ThreadDiff.to_frame()``)."""

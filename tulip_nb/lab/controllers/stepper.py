@@ -41,7 +41,7 @@ from tulip_nb.lab.thread import open_thread
 from tulip_nb.memory.managers import PlanningManager
 from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter
 
-__all__ = ["StepRecord", "StepperController"]
+__all__: list[str] = []
 
 IdFactory = Callable[[str, str, int], str]
 """``(thread_id, kind, n) -> new thread id`` for branches (kind: ``edit``, ``fork``, ``reset``)."""

@@ -77,7 +77,7 @@ if TYPE_CHECKING:
 
     from tulip_nb.lab.thread import Thread
 
-__all__ = ["DEFAULTS", "TunerController"]
+__all__ = ["DEFAULTS"]
 
 DEFAULTS: dict[str, Any] = {
     "kind": "compactor",

@@ -8,9 +8,9 @@ OpenSearch, HTTP) are imported lazily, so ``import tulip_nb.memory.backends`` pu
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tulip_nb._lazy import lazy_exports
 from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
 
@@ -35,21 +35,21 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
 
 # name -> module, for backends whose dependencies are optional (added as they land)
 _LAZY: dict[str, str] = {
-    "S3Backend": "tulip_nb.memory.backends.s3",
-    "s3_checkpointer": "tulip_nb.memory.backends.s3",
-    "HTTPCheckpointer": "tulip_nb.memory.backends.http",
-    "StorageBackendAdapter": "tulip_nb.memory.backends.adapters",
-    "redis_checkpointer": "tulip_nb.memory.backends.adapters",
-    "postgresql_checkpointer": "tulip_nb.memory.backends.adapters",
-    "mysql_checkpointer": "tulip_nb.memory.backends.adapters",
-    "opensearch_checkpointer": "tulip_nb.memory.backends.adapters",
-    "RedisBackend": "tulip_nb.memory.backends.redis",
-    "RedisHistoryCheckpointer": "tulip_nb.memory.backends.redis_history",
-    "PostgreSQLBackend": "tulip_nb.memory.backends.postgresql",
-    "MySQLBackend": "tulip_nb.memory.backends.mysql",
-    "OpenSearchBackend": "tulip_nb.memory.backends.opensearch",
-    "TulipPgCheckpointer": "tulip_nb.memory.backends.tulip_pg",
-    "SQLHistoryCheckpointer": "tulip_nb.memory.backends._history_kv",
+    "S3Backend": ".s3",
+    "s3_checkpointer": ".s3",
+    "HTTPCheckpointer": ".http",
+    "StorageBackendAdapter": ".adapters",
+    "redis_checkpointer": ".adapters",
+    "postgresql_checkpointer": ".adapters",
+    "mysql_checkpointer": ".adapters",
+    "opensearch_checkpointer": ".adapters",
+    "RedisBackend": ".redis",
+    "RedisHistoryCheckpointer": ".redis_history",
+    "PostgreSQLBackend": ".postgresql",
+    "MySQLBackend": ".mysql",
+    "OpenSearchBackend": ".opensearch",
+    "TulipPgCheckpointer": ".tulip_pg",
+    "SQLHistoryCheckpointer": "._history_kv",
     "checkpointer_from_url": "tulip_nb.memory.urls",
 }
 
@@ -76,13 +76,4 @@ __all__ = [
     "s3_checkpointer",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -100,13 +100,7 @@ from tulip_nb.memory.checkpointer import (
     validate_thread_id,
 )
 
-__all__ = [
-    "StorageBackendAdapter",
-    "mysql_checkpointer",
-    "opensearch_checkpointer",
-    "postgresql_checkpointer",
-    "redis_checkpointer",
-]
+__all__: list[str] = []
 
 _SNAPSHOT_TRIES = 20
 """How often a copy re-reads a source that keeps changing under it before it gives up."""

@@ -23,6 +23,6 @@ would show only its turn-end mirror).
 from __future__ import annotations
 
 from tulip_nb.memory.backends._history_dir import safe_name
-from tulip_nb.memory.backends._history_file import FileCheckpointer
+from tulip_nb.memory.backends._history_file import FileCheckpointer as FileCheckpointer
 
-__all__ = ["FileCheckpointer", "safe_name"]
+__all__ = ["safe_name"]

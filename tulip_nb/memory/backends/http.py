@@ -97,7 +97,7 @@ from tulip_nb.memory.checkpointer import (
     validate_thread_id,
 )
 
-__all__ = ["PUT_HEADER", "HTTPCheckpointer", "segment"]
+__all__ = ["PUT_HEADER", "segment"]
 
 PUT_HEADER = "x-tulip-nb-put"
 """Request header (tulip_nb extension): store the POSTed envelope verbatim (``put_checkpoint``)."""

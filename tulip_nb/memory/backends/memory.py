@@ -27,7 +27,7 @@ from tulip_nb.memory.backends._history_common import (
 )
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo, validate_checkpoint, validate_thread_id
 
-__all__ = ["MemoryCheckpointer"]
+__all__: list[str] = []
 
 
 class MemoryCheckpointer(HistoryCheckpointer):

@@ -53,7 +53,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("RedisBackend needs the 'redis' package: pip install 'tulip_nb[redis]'") from e
 
-__all__ = ["HISTORY_NAMESPACE", "RedisBackend"]
+__all__ = ["HISTORY_NAMESPACE"]
 
 T = TypeVar("T")
 _MAX_RETRIES = 1000

@@ -88,7 +88,7 @@ from tulip_nb.memory.checkpointer import (
     validate_thread_id,
 )
 
-__all__ = ["S3Backend", "s3_checkpointer"]
+__all__: list[str] = []
 
 T = TypeVar("T")
 _MAX_KEY_BYTES = 1024  # S3's limit on a key

@@ -52,7 +52,7 @@ from tulip_nb.memory.checkpointer import (
     validate_thread_id,
 )
 
-__all__ = ["TENANT_GUC", "TulipPgCheckpointer", "tulip_pg_from_url"]
+__all__ = ["TENANT_GUC", "tulip_pg_from_url"]
 
 TENANT_GUC = "tulip.tenant"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")

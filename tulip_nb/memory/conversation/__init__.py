@@ -25,43 +25,27 @@ SlidingWindowManager(window_size=2)
 
 from __future__ import annotations
 
-from tulip_nb.memory.conversation.base import (
-    ConversationManager,
-    NullConversationManager,
-    NullManager,
-    PlanningManager,
-    saved_token_counts,
-)
-from tulip_nb.memory.conversation.compactor import LLMCompactor, SummarizeFn, default_conversation_manager
-from tulip_nb.memory.conversation.events import (
-    EVENTS_KEY,
-    STATE_KEY,
-    TulipView,
-    compaction_events,
-    model_view,
-    model_views,
-)
+from tulip_nb.memory.conversation.base import ConversationManager as ConversationManager
+from tulip_nb.memory.conversation.base import NullConversationManager as NullConversationManager
+from tulip_nb.memory.conversation.base import NullManager as NullManager
+from tulip_nb.memory.conversation.base import PlanningManager, saved_token_counts
+from tulip_nb.memory.conversation.compactor import LLMCompactor as LLMCompactor
+from tulip_nb.memory.conversation.compactor import SummarizeFn as SummarizeFn
+from tulip_nb.memory.conversation.compactor import default_conversation_manager as default_conversation_manager
+from tulip_nb.memory.conversation.events import EVENTS_KEY as EVENTS_KEY
+from tulip_nb.memory.conversation.events import STATE_KEY as STATE_KEY
+from tulip_nb.memory.conversation.events import TulipView, compaction_events, model_view, model_views
 from tulip_nb.memory.conversation.plan import HistoryIndex, Plan
-from tulip_nb.memory.conversation.summarizing import SummarizingConversationManager
-from tulip_nb.memory.conversation.window import SlidingWindowConversationManager, SlidingWindowManager
+from tulip_nb.memory.conversation.summarizing import SummarizingConversationManager as SummarizingConversationManager
+from tulip_nb.memory.conversation.window import SlidingWindowConversationManager as SlidingWindowConversationManager
+from tulip_nb.memory.conversation.window import SlidingWindowManager as SlidingWindowManager
 
 __all__ = [
-    "EVENTS_KEY",
-    "STATE_KEY",
-    "ConversationManager",
     "HistoryIndex",
-    "LLMCompactor",
-    "NullConversationManager",
-    "NullManager",
     "Plan",
     "PlanningManager",
-    "SlidingWindowConversationManager",
-    "SlidingWindowManager",
-    "SummarizeFn",
-    "SummarizingConversationManager",
     "TulipView",
     "compaction_events",
-    "default_conversation_manager",
     "model_view",
     "model_views",
     "saved_token_counts",

@@ -25,22 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
-from tulip_nb.memory.conversation.events import EVENTS_KEY, STATE_KEY, make_event
+from tulip_nb.memory.conversation.events import EVENTS_KEY as EVENTS_KEY
+from tulip_nb.memory.conversation.events import STATE_KEY as STATE_KEY
+from tulip_nb.memory.conversation.events import make_event
 from tulip_nb.memory.conversation.plan import HistoryIndex, Plan, known_counts
 
 if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
     from tulip_nb.tokens import TokenCounter
 
-__all__ = [
-    "EVENTS_KEY",
-    "STATE_KEY",
-    "ConversationManager",
-    "NullConversationManager",
-    "NullManager",
-    "PlanningManager",
-    "saved_token_counts",
-]
+__all__: list[str] = []
 
 
 class ConversationManager(ABC):  # noqa: B024 - every method has a usable default

@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
     from tulip_nb.tokens import TokenCounter
 
-__all__ = ["LLMCompactor", "SummarizeFn", "default_conversation_manager", "summarizer_ref"]
+__all__ = ["summarizer_ref"]
 
 SummarizeFn = Callable[[list[Message], str | None], "Awaitable[str] | str"]
 """``summarize_fn(messages, previous_summary) -> str`` (async or sync)."""

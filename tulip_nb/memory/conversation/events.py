@@ -46,7 +46,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from tulip_nb.core.calls import calls_before, model_call_count, model_call_index, model_calls
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.keys import EVENTS_KEY, RUN_KEY, STATE_KEY
+from tulip_nb.core.keys import EVENTS_KEY as EVENTS_KEY
+from tulip_nb.core.keys import RUN_KEY
+from tulip_nb.core.keys import STATE_KEY as STATE_KEY
 from tulip_nb.core.messages import Message
 from tulip_nb.core.turns import split_turns, turn_log
 from tulip_nb.memory.conversation.plan import STUB_VERSION, Plan, fingerprint, render
@@ -54,17 +56,7 @@ from tulip_nb.memory.conversation.plan import STUB_VERSION, Plan, fingerprint, r
 if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
 
-__all__ = [
-    "EVENTS_KEY",
-    "STATE_KEY",
-    "TULIP_VIEWS",
-    "TulipView",
-    "compaction_events",
-    "make_event",
-    "model_view",
-    "model_views",
-    "tulip_turns",
-]
+__all__ = ["TULIP_VIEWS", "make_event", "tulip_turns"]
 
 TulipView = Literal["unknown", "full"]
 """What a call a tulip agent made is taken to have seen (see the module docstring)."""

@@ -30,9 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STUB_VERSION",
-    "HistoryIndex",
     "known_counts",
-    "Plan",
     "Ranges",
     "fingerprint",
     "render",

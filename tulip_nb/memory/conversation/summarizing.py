@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
     from tulip_nb.tokens import TokenCounter
 
-__all__ = ["DEFAULT_SUMMARY_PROMPT", "SummarizingConversationManager", "complete_summary", "transcript"]
+__all__ = ["DEFAULT_SUMMARY_PROMPT", "complete_summary", "transcript"]
 
 DEFAULT_SUMMARY_PROMPT = (
     "You compress conversations. Summarise the conversation below so an assistant can continue it: "

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
     from tulip_nb.tokens import TokenCounter
 
-__all__ = ["SlidingWindowConversationManager", "SlidingWindowManager"]
+__all__: list[str] = []
 
 
 class SlidingWindowManager(PlanningManager):

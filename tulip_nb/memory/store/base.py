@@ -38,12 +38,6 @@ from tulip_nb.core.errors import CapabilityNotSupported, UserError
 
 __all__ = [
     "NS_SEP",
-    "BaseStore",
-    "Namespace",
-    "SemanticSearchResult",
-    "StoreCapabilities",
-    "StoreCapabilityError",
-    "StoreItem",
     "cosine",
     "decode_value",
     "encode_value",

@@ -11,8 +11,9 @@ The in-process :class:`~tulip_nb.memory.store.InMemoryStore` lives in :mod:`tuli
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tulip_nb._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from tulip_nb.memory.store_backends.holographic import HolographicStore
@@ -21,17 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["HolographicStore", "PgMemory"]
 
 _LAZY = {
-    "HolographicStore": "tulip_nb.memory.store_backends.holographic",
-    "PgMemory": "tulip_nb.memory.store_backends.pg",
+    "HolographicStore": ".holographic",
+    "PgMemory": ".pg",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
