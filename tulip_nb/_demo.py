@@ -4,7 +4,7 @@
     python -m tulip_nb._demo [THREADS_DIR]      # the same; `make demo` runs this
 
 The agent is the support desk's: its tools (:data:`TOOLS`) and scripted model
-(:func:`support_model`) are the ones the synthetic corpus (:mod:`tulip_nb.lab.synthetic`) is
+(:func:`support_model`) are the ones the synthetic corpus (:mod:`tulip_nb.lab._synthetic`) is
 written with. Day 1 and Day 2 (seed 000) each run in their **own Python process**: the first process looks into
 the refund and exits; the second one knows nothing but the ``thread_id``, rehydrates the thread
 from the FileCheckpointer directory and continues the conversation. The model is a ScriptedModel
@@ -111,7 +111,7 @@ def check_return_policy(order_id: str, days_since_delivery: int) -> str:
 
 
 TOOLS = [lookup_order, check_return_policy, refund_status, add_note, escalate]
-"""The support desk's tools: the demo's agent and the synthetic corpus's (:mod:`tulip_nb.lab.synthetic`)."""
+"""The support desk's tools: the demo's agent and the synthetic corpus's (:mod:`tulip_nb.lab._synthetic`)."""
 
 
 # -- the scripted model -------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from tulip_nb.core import AgentState, CheckpointCorrupt, Message
 from tulip_nb.memory.backends._history_file import HistoryFileCheckpointer
 from tulip_nb.memory.backends._sqlite_history import DB_DIR, DB_NAME
 from tulip_nb.memory.checkpointer import Checkpoint
-from tulip_nb.testing.messy import MessySpec, abuild_messy_thread
+from tulip_nb.testing._messy import MessySpec, abuild_messy_thread
 
 
 class Recording(HistoryFileCheckpointer):

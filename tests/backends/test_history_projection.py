@@ -25,7 +25,7 @@ from tulip_nb.core import AgentState, Message
 from tulip_nb.memory.backends._history_dir import is_turn_end
 from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.history import PROJECTION_KEY
-from tulip_nb.testing.messy import MessySpec, abuild_messy_thread
+from tulip_nb.testing._messy import MessySpec, abuild_messy_thread
 
 LAYOUTS = ["history", "tulip"]
 OPS = st.lists(

@@ -173,7 +173,7 @@ async def test_required_tls_is_tls_or_a_clear_error(table: str, extra: str) -> N
 
 
 async def test_preferred_uses_tls_exactly_when_the_server_offers_it(table: str) -> None:
-    from tulip_nb.memory.backends.mysql import MySQLBackend
+    from tulip_nb.memory.backends._mysql import MySQLBackend
 
     backend = MySQLBackend(dsn=LOCAL, table_name=table)
     try:

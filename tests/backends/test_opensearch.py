@@ -134,7 +134,7 @@ async def test_document_shape_is_tulips(env: Any) -> None:
 
 
 async def test_keys_over_512_bytes_get_a_hashed_id(env: Any) -> None:
-    from tulip_nb.memory.backends.opensearch import document_id
+    from tulip_nb.memory.backends._opensearch import document_id
 
     url, index, maker = env
     cp = maker()

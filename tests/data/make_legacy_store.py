@@ -21,7 +21,7 @@ The threads (each a case the converter must handle):
 
 ``messy``, ``messy-fork-0``
     a messy agent thread (ScriptedModel, tools, tool errors, interrupts, tulip-style turns, the
-    LLMCompactor; :mod:`tulip_nb.testing.messy`) and a lab fork of it (its log points into
+    LLMCompactor; :mod:`tulip_nb.testing._messy`) and a lab fork of it (its log points into
     ``messy``'s), continued for two turns;
 ``support/42:refund #1``, ``…-fork``, ``support-copy``
     an agent with a tool and an ``LLMCompactor`` with a small window (compaction events),

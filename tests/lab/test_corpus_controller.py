@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from tulip_nb.core.errors import UserError
+from tulip_nb.lab._corpus_plots import kept_by_config, plot_corpus_distributions, plot_facts_kept
 from tulip_nb.lab.controllers import CorpusController
-from tulip_nb.lab.corpus_plots import kept_by_config, plot_corpus_distributions, plot_facts_kept
 
 PNG = b"\x89PNG\r\n\x1a\n"
 SUMMARY_COLUMNS = [

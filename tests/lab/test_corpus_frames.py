@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from tests.conftest import examples
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab import Corpus, open_corpus, open_thread
-from tulip_nb.lab.corpus_frames import FRAME_COLUMNS, FRAME_KINDS
+from tulip_nb.lab._corpus_frames import FRAME_COLUMNS, FRAME_KINDS
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
 from tulip_nb.testing import MessySpec, build_messy_corpus, messy_specs
 

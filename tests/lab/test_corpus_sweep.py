@@ -19,8 +19,8 @@ from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab import open_thread, threads
+from tulip_nb.lab._corpus_sweep import COLUMNS, _divergence, sweep_corpus
 from tulip_nb.lab.corpus import Corpus, open_corpus
-from tulip_nb.lab.corpus_sweep import COLUMNS, _divergence, sweep_corpus
 from tulip_nb.memory.backends import FileCheckpointer
 from tulip_nb.memory.conversation import NullManager
 from tulip_nb.models import ScriptedModel, text, tool_call

@@ -21,8 +21,8 @@ from tests.conftest import examples
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab import plot_token_usage, to_png
 from tulip_nb.lab._budget import Limits, failed_turn_positions, recorded_limits
-from tulip_nb.lab.corpus_plots import plot_corpus_distributions
-from tulip_nb.lab.plots import (
+from tulip_nb.lab._corpus_plots import plot_corpus_distributions
+from tulip_nb.lab._plots import (
     FAILED_GID,
     FULL_GID,
     OVER_GID,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tulip_nb._sync import run_sync
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab import build_corpus, corpus_facts, open_thread
-from tulip_nb.lab.synthetic import abuild_corpus
+from tulip_nb.lab._synthetic import abuild_corpus
 from tulip_nb.memory.backends import FileCheckpointer
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.memory.conversation import compaction_events

@@ -25,7 +25,7 @@ from tulip_nb.lab import (
     simulate_compaction,
     sweep,
 )
-from tulip_nb.lab.plots import to_png
+from tulip_nb.lab._plots import to_png
 from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.models import ScriptedModel

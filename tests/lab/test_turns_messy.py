@@ -1,6 +1,6 @@
 """Turns on generated messy threads: what the lab reads equals what the generator did.
 
-The generator (:mod:`tulip_nb.testing.messy`) knows every turn's outcome (errors, context
+The generator (:mod:`tulip_nb.testing._messy`) knows every turn's outcome (errors, context
 overflow, ``max_iterations``, interrupts answered or left pending, tulip-written turns, forks that
 change the system prompt or a tool). ``Thread.turns``, the ``turn`` columns and the corpus summary's
 outcome counts must agree with it exactly, on small generated threads, on a 300-turn thread and on

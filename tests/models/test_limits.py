@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tulip_nb.models import ConcurrencyLimit, RetriesExhausted, RetryPolicy, shared_limit
-from tulip_nb.models.limits import CallStats, call_with_retries, retry_after_seconds
+from tulip_nb.models._limits import CallStats, call_with_retries, retry_after_seconds
 
 
 def test_one_limit_holds_across_threads_and_event_loops() -> None:

@@ -16,7 +16,7 @@ from tests.models.openai_server import Hostility, OpenAIServer
 from tulip_nb.agent import Agent, NullManager, tool
 from tulip_nb.core import Message
 from tulip_nb.lab import Thread, aopen_thread, asweep, open_corpus
-from tulip_nb.lab.corpus_sweep import asweep_corpus
+from tulip_nb.lab._corpus_sweep import asweep_corpus
 from tulip_nb.memory.backends.file import FileCheckpointer
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.models import Budget, ModelCache, Price, ScriptedModel, text, tool_call

@@ -74,8 +74,8 @@ def forkserver() -> Any:
                 "tulip_nb.memory.backends.file",
                 "tulip_nb.memory.backends.s3",
                 "tulip_nb.memory.backends.redis",
-                "tulip_nb.memory.backends.postgresql",
-                "tulip_nb.memory.backends.mysql",
+                "tulip_nb.memory.backends._postgresql",
+                "tulip_nb.memory.backends._mysql",
                 "tulip_nb.agent",
             ]
         )

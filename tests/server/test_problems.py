@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tulip_nb.agent.errors import NothingToResume, ResumeNeedsResponse
+from tulip_nb.agent._errors import NothingToResume, ResumeNeedsResponse
 from tulip_nb.core.errors import (
     BackendUnavailable,
     CapabilityNotSupported,
@@ -19,8 +19,8 @@ from tulip_nb.core.errors import (
     problem_from,
 )
 from tulip_nb.models.base import ModelError
-from tulip_nb.server.agent_server import _problem_for
-from tulip_nb.server.checkpoints import _from_exception
+from tulip_nb.server._agent_server import _problem_for
+from tulip_nb.server._checkpoints import _from_exception
 
 ERRORS: list[TulipNBError] = [
     UserError("bad", thread_id="t"),

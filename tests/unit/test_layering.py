@@ -50,25 +50,25 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset()
 ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
         frozenset({"tulip_nb.memory.checkpointer", "tulip_nb.memory.retention"}),
-        frozenset({"tulip_nb.agent._loop", "tulip_nb.agent.agent"}),
+        frozenset({"tulip_nb.agent._loop", "tulip_nb.agent._agent"}),
         frozenset(
             {
                 "tulip_nb.lab._corpus_rows",
                 "tulip_nb.lab._corpus_summary",
                 "tulip_nb.lab.branches",
                 "tulip_nb.lab.corpus",
-                "tulip_nb.lab.corpus_frames",
-                "tulip_nb.lab.corpus_sweep",
+                "tulip_nb.lab._corpus_frames",
+                "tulip_nb.lab._corpus_sweep",
                 "tulip_nb.lab.diff",
-                "tulip_nb.lab.executors",
+                "tulip_nb.lab._executors",
                 "tulip_nb.lab.export",
-                "tulip_nb.lab.replay",
+                "tulip_nb.lab._replay",
                 "tulip_nb.lab.share",
                 "tulip_nb.lab.simulate",
                 "tulip_nb.lab.thread",
             }
         ),
-        frozenset({"tulip_nb.testing._messy_plan", "tulip_nb.testing._messy_run", "tulip_nb.testing.messy"}),
+        frozenset({"tulip_nb.testing._messy_plan", "tulip_nb.testing._messy_run", "tulip_nb.testing._messy"}),
     }
 )
 
@@ -224,13 +224,13 @@ def test_the_cycle_finder_sees_cycles() -> None:
 
 
 def test_the_checker_sees_violations() -> None:
-    assert list(_violations("tulip_nb.lab.replay", "tulip_nb.agent._loop"))
+    assert list(_violations("tulip_nb.lab._replay", "tulip_nb.agent._loop"))
     assert list(_violations("tulip_nb.core.state", "tulip_nb.tokens"))
     assert list(_violations("tulip_nb.memory.managers", "pandas"))
-    assert list(_violations("tulip_nb.tokens", "tulip_nb.widgets.panels"))
+    assert list(_violations("tulip_nb.tokens", "tulip_nb.widgets._panels"))
     assert not list(_violations("tulip_nb.memory.backends.file", "tulip_nb.memory._signing"))
-    assert not list(_violations("tulip_nb.lab.replay", "tulip_nb._sync"))
-    assert not list(_violations("tulip_nb.lab.plots", "matplotlib.pyplot"))
+    assert not list(_violations("tulip_nb.lab._replay", "tulip_nb._sync"))
+    assert not list(_violations("tulip_nb.lab._plots", "matplotlib.pyplot"))
 
 
 def test_seed_import_paths_re_export_the_conversation_package() -> None:

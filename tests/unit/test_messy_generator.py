@@ -1,4 +1,4 @@
-"""The messy-thread generator (``tulip_nb.testing.messy``): its ground truth is the saved thread.
+"""The messy-thread generator (``tulip_nb.testing._messy``): its ground truth is the saved thread.
 
 Every claim a :class:`MessyThread` makes is checked against what the checkpointer holds, by reading
 the saved states and save metadata directly (not through the lab, which these threads test):

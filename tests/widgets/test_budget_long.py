@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from tulip_nb.lab._plots import FAILED_GID, FULL_GID, TRIGGER_GID, WINDOW_GID
 from tulip_nb.lab.controllers import BudgetController
-from tulip_nb.lab.plots import FAILED_GID, FULL_GID, TRIGGER_GID, WINDOW_GID
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.widgets import TokenBudget
 

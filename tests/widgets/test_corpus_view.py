@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
+from tulip_nb.lab._synthetic import build_corpus, corpus_facts
 from tulip_nb.lab.corpus import Corpus, open_corpus
-from tulip_nb.lab.synthetic import build_corpus, corpus_facts
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.memory.managers import SlidingWindowManager

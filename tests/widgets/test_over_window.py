@@ -12,8 +12,8 @@ import pytest
 from tulip_nb.agent import Agent
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab import Thread, open_thread, plot_token_usage, simulate_compaction, summarize_simulation
+from tulip_nb.lab._plots import OVER_GID
 from tulip_nb.lab.controllers import BudgetController, TunerController
-from tulip_nb.lab.plots import OVER_GID
 from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.memory.managers import NullManager, SlidingWindowManager

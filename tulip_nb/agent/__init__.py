@@ -8,7 +8,7 @@
     agent = Agent(model=ScriptedModel([text("Hello!")]))
     agent("Hi").text            # 'Hello!'
 
-See :mod:`tulip_nb.agent.agent` for the run loop and save semantics, :mod:`tulip_nb.agent.events`
+See :mod:`tulip_nb.agent._agent` for the run loop and save semantics, :mod:`tulip_nb.agent.events`
 for hooks, :mod:`tulip_nb.tools` for tools and interrupts, and :mod:`tulip_nb.agent.turns` to drive a
 turn one model call at a time (what replay and branches in :mod:`tulip_nb.lab` use).
 """
@@ -16,8 +16,8 @@ turn one model call at a time (what replay and branches in :mod:`tulip_nb.lab` u
 from __future__ import annotations
 
 from tulip_nb._sync import run_sync
-from tulip_nb.agent.agent import Agent, AgentBase
-from tulip_nb.agent.errors import AgentError, NotACheckpointer, NothingToResume, ResumeNeedsResponse
+from tulip_nb.agent._agent import Agent, AgentBase
+from tulip_nb.agent._errors import AgentError, NotACheckpointer, NothingToResume, ResumeNeedsResponse
 from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, Hooks, IterationDone, ModelCall, ToolCalled
 from tulip_nb.agent.result import AgentResult, PendingInterrupt, Step, StopReason
 from tulip_nb.memory.conversation.base import ConversationManager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from tulip_nb.agent.errors import NotACheckpointer
+from tulip_nb.agent._errors import NotACheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 __all__ = ["check_checkpointer"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tulip_nb.agent._errors import ResumeNeedsResponse
 from tulip_nb.agent._turn import (
     ITER_KEY,
     RUN_KEY,
@@ -33,7 +34,6 @@ from tulip_nb.agent._turn import (
     render_result,
     run_info,
 )
-from tulip_nb.agent.errors import ResumeNeedsResponse
 from tulip_nb.agent.events import (
     CheckpointSaved,
     InterruptAnswered,

@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core.frozen import FrozenDict, FrozenList
+from tulip_nb.core._frozen import FrozenDict, FrozenList
 from tulip_nb.core.messages import Message, ToolCall
 
 __all__ = [

@@ -3,7 +3,7 @@
 A :class:`Message` never changes once appended to a thread, so tulip_nb serialises each one once
 and reuses the bytes on every later save (see :meth:`Message.json_bytes`). Messages are frozen
 pydantic models, immutable all the way down: ``metadata``, ``tool_calls`` and each call's
-``arguments`` are read-only containers (:mod:`tulip_nb.core.frozen`). To change one, make a new
+``arguments`` are read-only containers (:mod:`tulip_nb.core._frozen`). To change one, make a new
 one with ``msg.model_copy(update={...})``.
 
 The JSON shape is tulip's (six keys: ``role``, ``content``, ``tool_calls``, ``tool_call_id``,
@@ -18,7 +18,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from tulip_nb.core.frozen import EMPTY, FrozenList, freeze
+from tulip_nb.core._frozen import EMPTY, FrozenList, freeze
 
 __all__: list[str] = []
 

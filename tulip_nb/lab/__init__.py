@@ -14,16 +14,17 @@ from typing import TYPE_CHECKING
 from tulip_nb._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
-    from tulip_nb.lab._ids import add_principal, principal_for_api_key, strip_principal
+    from tulip_nb.lab._corpus_plots import plot_corpus_distributions, plot_facts_kept
+    from tulip_nb.lab._corpus_sweep import asweep_corpus, sweep_corpus
+    from tulip_nb.lab._executors import amap_threads, map_threads
+    from tulip_nb.lab._ids import add_principal, strip_principal
+    from tulip_nb.lab._plots import InlineFigure, plot_composition, plot_sweep, plot_token_usage, to_png
+    from tulip_nb.lab._replay import LiveBranch, Replay
+    from tulip_nb.lab._synthetic import abuild_corpus, build_corpus, corpus_facts
     from tulip_nb.lab.branches import afork, asweep, fork, sweep
     from tulip_nb.lab.corpus import Corpus, aopen_corpus, open_corpus, summarize_corpus_simulation
-    from tulip_nb.lab.corpus_plots import plot_corpus_distributions, plot_facts_kept
-    from tulip_nb.lab.corpus_sweep import asweep_corpus, sweep_corpus
     from tulip_nb.lab.diff import MessageChange, ThreadDiff, adiff_threads, diff_threads
-    from tulip_nb.lab.executors import amap_threads, map_threads
     from tulip_nb.lab.export import aexport_threads, export_threads
-    from tulip_nb.lab.plots import InlineFigure, plot_composition, plot_sweep, plot_token_usage, to_png
-    from tulip_nb.lab.replay import LiveBranch, Replay
     from tulip_nb.lab.simulate import (
         asimulate_compaction,
         compaction_grid,
@@ -31,7 +32,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         simulate_compaction,
         summarize_simulation,
     )
-    from tulip_nb.lab.synthetic import abuild_corpus, build_corpus, corpus_facts
     from tulip_nb.lab.thread import (
         Thread,
         ThreadLike,
@@ -49,7 +49,6 @@ _LAZY: dict[str, str] = {
     "export_threads": ".export",
     "add_principal": "._ids",
     "strip_principal": "._ids",
-    "principal_for_api_key": "._ids",
     "Thread": ".thread",
     "open_thread": ".thread",
     "aopen_thread": ".thread",
@@ -58,8 +57,8 @@ _LAZY: dict[str, str] = {
     "as_thread": ".thread",
     "aas_thread": ".thread",
     "ThreadLike": ".thread",
-    "Replay": ".replay",
-    "LiveBranch": ".replay",
+    "Replay": "._replay",
+    "LiveBranch": "._replay",
     "fork": ".branches",
     "afork": ".branches",
     "sweep": ".branches",
@@ -73,24 +72,24 @@ _LAZY: dict[str, str] = {
     "compaction_grid": ".simulate",
     "summarize_simulation": ".simulate",
     "length_summarizer": ".simulate",
-    "plot_token_usage": ".plots",
-    "InlineFigure": ".plots",
-    "plot_composition": ".plots",
-    "plot_sweep": ".plots",
-    "to_png": ".plots",
+    "plot_token_usage": "._plots",
+    "InlineFigure": "._plots",
+    "plot_composition": "._plots",
+    "plot_sweep": "._plots",
+    "to_png": "._plots",
     "Corpus": ".corpus",
     "open_corpus": ".corpus",
     "aopen_corpus": ".corpus",
     "summarize_corpus_simulation": ".corpus",
-    "map_threads": ".executors",
-    "amap_threads": ".executors",
-    "build_corpus": ".synthetic",
-    "abuild_corpus": ".synthetic",
-    "corpus_facts": ".synthetic",
-    "sweep_corpus": ".corpus_sweep",
-    "asweep_corpus": ".corpus_sweep",
-    "plot_corpus_distributions": ".corpus_plots",
-    "plot_facts_kept": ".corpus_plots",
+    "map_threads": "._executors",
+    "amap_threads": "._executors",
+    "build_corpus": "._synthetic",
+    "abuild_corpus": "._synthetic",
+    "corpus_facts": "._synthetic",
+    "sweep_corpus": "._corpus_sweep",
+    "asweep_corpus": "._corpus_sweep",
+    "plot_corpus_distributions": "._corpus_plots",
+    "plot_facts_kept": "._corpus_plots",
 }
 
 __all__ = [
@@ -131,7 +130,6 @@ __all__ = [
     "plot_facts_kept",
     "plot_sweep",
     "plot_token_usage",
-    "principal_for_api_key",
     "simulate_compaction",
     "strip_principal",
     "summarize_corpus_simulation",

@@ -1,6 +1,6 @@
 """The per-thread work of a corpus: one summary row, one simulation row per config.
 
-These are the tasks :func:`tulip_nb.lab.executors.map_threads` runs (top-level ``async def``
+These are the tasks :func:`tulip_nb.lab._executors.map_threads` runs (top-level ``async def``
 functions, so they pickle and run on any worker): each opens the store from ``source`` (a URL, or
 the checkpointer itself in process), handles its chunk **one thread at a time** (a thread's states
 are dropped before the next is read) and turns a thread's failure into its row's ``error``.
@@ -42,10 +42,10 @@ from tulip_nb.core.calls import answered_by, execution_position, model_call_coun
 from tulip_nb.core.errors import CheckpointNotFound
 from tulip_nb.core.keys import FORKED_FROM_KEY, PARENT_KEY, RUN_ID_KEY, SOURCE_KEY
 from tulip_nb.core.turns import OUTCOMES, split_turns
+from tulip_nb.lab._executors import error_row
 from tulip_nb.lab._headers import marked_count
 from tulip_nb.lab._stores import open_checkpointer
 from tulip_nb.lab._window import saved_window, window_for
-from tulip_nb.lab.executors import error_row
 from tulip_nb.lab.simulate import asimulate_compaction, normalize_probes
 from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.memory.conversation import EVENTS_KEY, compaction_events, saved_token_counts
@@ -274,7 +274,7 @@ def reduce_simulation(
 
 
 async def simulate_task(source: Any, chunk: list[str], payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per (thread, config) of ``chunk`` (a :func:`~tulip_nb.lab.executors.map_threads` task).
+    """One row per (thread, config) of ``chunk`` (a :func:`~tulip_nb.lab._executors.map_threads` task).
 
     ``payload``: ``configs`` (``[(name, manager or "recorded"), ...]``), ``probes`` (shared
     ``[(label, text)]`` or a callable ``thread -> probes``), ``context_window``, ``tools`` (schemas

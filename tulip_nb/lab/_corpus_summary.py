@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from tulip_nb.core.errors import CheckpointNotFound, UserError
 from tulip_nb.core.keys import FORKED_FROM_KEY
 from tulip_nb.lab._corpus_rows import STATE_COLUMNS, end_chunk, summary_row
+from tulip_nb.lab._executors import error_row
 from tulip_nb.lab._headers import marked_count
 from tulip_nb.lab._stores import open_checkpointer
-from tulip_nb.lab.executors import error_row
 from tulip_nb.memory.counts import LINEAGE_COUNTS, STATE_COUNTS, read_counts
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ async def header_row(
 
 
 async def summary_task(source: Any, chunk: list[str], payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The summary rows of ``chunk`` (a :func:`~tulip_nb.lab.executors.map_threads` task).
+    """The summary rows of ``chunk`` (a :func:`~tulip_nb.lab._executors.map_threads` task).
 
     ``payload``: ``context_window``, ``state_columns`` (bool), ``fallback`` (:data:`FALLBACKS`)."""
     fallback = payload.get("fallback", "states")

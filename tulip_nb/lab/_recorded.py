@@ -91,13 +91,18 @@ def recorded_summarizer_ref(state: AgentState | None) -> dict[str, str] | None:
     return None
 
 
+# Modules a recorded summariser may name that moved since it was recorded (issue 31 made the messy
+# generator's module private; threads generated before name ``tulip_nb.testing.messy.keep_facts``).
+_MOVED = {"tulip_nb.testing.messy": "tulip_nb.testing"}
+
+
 def import_summarizer(ref: Mapping[str, str] | None) -> Summarize | None:
     """The function at ``ref`` (``{"module", "qualname"}``), or None when it cannot be imported
     (a lambda, a nested function, a module that is not installed here)."""
     if not ref or "<" in ref.get("qualname", "<"):
         return None
     try:
-        obj: Any = importlib.import_module(ref["module"])
+        obj: Any = importlib.import_module(_MOVED.get(ref["module"], ref["module"]))
         for part in ref["qualname"].split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError, ValueError):

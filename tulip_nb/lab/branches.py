@@ -59,12 +59,8 @@ if TYPE_CHECKING:
 __all__ = [
     "SWEEP_COLUMNS",
     "VariantBranch",
-    "afork",
-    "asweep",
     "branch_state",
-    "fork",
     "save_branch",
-    "sweep",
     "sweep_variants",
     "turn_executions",
 ]
@@ -339,7 +335,7 @@ class VariantBranch:
     messages inserted before the point) and the state saved as its first checkpoint; :meth:`run`
     forks it into its own thread and runs it, or finds the branch a previous run of the same sweep
     finished (``reused``). :func:`sweep` runs one per variant at a point of one thread;
-    :func:`~tulip_nb.lab.corpus_sweep.sweep_corpus` maps the same over every thread of a corpus.
+    :func:`~tulip_nb.lab._corpus_sweep.sweep_corpus` maps the same over every thread of a corpus.
     """
 
     messages: list[Message]

@@ -17,7 +17,7 @@ only the result rows — a 5,000-thread export in S3 or PostgreSQL is never in m
 
 Every method takes ``executor=``: ``None`` (in process), any ``concurrent.futures.Executor``, or a
 ``dask.distributed.Client`` — the work is split by thread and each worker opens the store from
-its URL (:mod:`tulip_nb.lab.executors`; ``docs/corpus.md`` shows a real cluster). Summary columns
+its URL (:mod:`tulip_nb.lab._executors`; ``docs/corpus.md`` shows a real cluster). Summary columns
 and where each count comes from: :mod:`tulip_nb.lab._corpus_rows`. Sync methods work in a
 notebook cell; ``aopen_corpus``, ``asummary``, ``asimulate``, ``asweep`` are their async twins.
 """
@@ -32,6 +32,7 @@ from tulip_nb._deps import require
 from tulip_nb._sync import run_sync, sync_twin
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab._common import esc
+from tulip_nb.lab._corpus_frames import FRAME_KINDS, frame_partition, frames_task, typed_frame
 from tulip_nb.lab._corpus_rows import (
     ALL_SUMMARY_COLUMNS,
     SIMULATION_COLUMNS,
@@ -40,11 +41,8 @@ from tulip_nb.lab._corpus_rows import (
     simulate_task,
 )
 from tulip_nb.lab._corpus_summary import FALLBACKS, summary_task
-from tulip_nb.lab._recorded import check_choice
-from tulip_nb.lab._stores import open_checkpointer
-from tulip_nb.lab.corpus_frames import FRAME_KINDS, frame_partition, frames_task, typed_frame
-from tulip_nb.lab.corpus_sweep import asweep_corpus
-from tulip_nb.lab.executors import (
+from tulip_nb.lab._corpus_sweep import asweep_corpus
+from tulip_nb.lab._executors import (
     Progress,
     amap_threads,
     is_dask_client,
@@ -52,6 +50,8 @@ from tulip_nb.lab.executors import (
     require_picklable,
     worker_source,
 )
+from tulip_nb.lab._recorded import check_choice
+from tulip_nb.lab._stores import open_checkpointer
 from tulip_nb.lab.simulate import RECORDED, Configs, Probes, Summarizer, _configs, _schemas, normalize_probes
 from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.memory.conversation import LLMCompactor, SummarizingConversationManager
@@ -241,7 +241,7 @@ class Corpus:
         with ``columns="all"``. Rows are computed once per corpus family (and per
         ``context_window``, state columns and fallback), then served from the cache.
         ``executor``, ``progress``, ``chunk_size``: as for
-        :func:`~tulip_nb.lab.executors.map_threads`."""
+        :func:`~tulip_nb.lab._executors.map_threads`."""
         wanted = _summary_columns(columns)
         if fallback not in FALLBACKS:
             raise UserError(f"summary: fallback must be one of {FALLBACKS}, got {fallback!r}")
@@ -334,7 +334,7 @@ class Corpus:
         """:func:`summarize_corpus_simulation` of ``sim``."""
         return summarize_corpus_simulation(sim)
 
-    # -- tidy frames (tulip_nb.lab.corpus_frames) ----------------------------------------------
+    # -- tidy frames (tulip_nb.lab._corpus_frames) ----------------------------------------------
     async def aframe(
         self,
         kind: str,
@@ -346,7 +346,7 @@ class Corpus:
         text: bool = False,
     ) -> Any:
         """The tidy frame ``kind`` (``"turns"``, ``"calls"``, ``"messages"``, ``"events"``) over the
-        corpus: see :mod:`tulip_nb.lab.corpus_frames` for the columns. ``output="pandas"``
+        corpus: see :mod:`tulip_nb.lab._corpus_frames` for the columns. ``output="pandas"``
         gathers it here; ``output="dask"`` (with a ``dask.distributed.Client`` as ``executor``)
         returns a lazy dask DataFrame, one partition per chunk, computed on the cluster.
         ``text``: the messages frame with each message's text. The same rows whatever the
@@ -371,15 +371,15 @@ class Corpus:
     frame = sync_twin(aframe)
 
     async def aturns(self, **kw: Any) -> Any:
-        """One row per turn (:mod:`tulip_nb.lab.corpus_frames`); keywords as :meth:`aframe`."""
+        """One row per turn (:mod:`tulip_nb.lab._corpus_frames`); keywords as :meth:`aframe`."""
         return await self.aframe("turns", **kw)
 
     async def acalls(self, **kw: Any) -> Any:
-        """One row per model call (:mod:`tulip_nb.lab.corpus_frames`); keywords as :meth:`aframe`."""
+        """One row per model call (:mod:`tulip_nb.lab._corpus_frames`); keywords as :meth:`aframe`."""
         return await self.aframe("calls", **kw)
 
     async def amessages(self, **kw: Any) -> Any:
-        """One row per message (:mod:`tulip_nb.lab.corpus_frames`); keywords as :meth:`aframe`."""
+        """One row per message (:mod:`tulip_nb.lab._corpus_frames`); keywords as :meth:`aframe`."""
         return await self.aframe("messages", **kw)
 
     async def aevents(self, **kw: Any) -> Any:
@@ -391,7 +391,7 @@ class Corpus:
     messages = sync_twin(amessages)
     events = sync_twin(aevents)
 
-    # -- sweep (tulip_nb.lab.corpus_sweep) -----------------------------------------------------
+    # -- sweep (tulip_nb.lab._corpus_sweep) -----------------------------------------------------
     async def asweep(
         self,
         variants: Any,
@@ -405,7 +405,7 @@ class Corpus:
         resume: bool = True,
     ) -> pd.DataFrame:
         """One live branch per thread x variant from ``at``: see
-        :func:`tulip_nb.lab.corpus_sweep.asweep_corpus` (``budget=``: tokens or money for the whole
+        :func:`tulip_nb.lab._corpus_sweep.asweep_corpus` (``budget=``: tokens or money for the whole
         sweep; ``resume=True``: a re-run finishes only what is missing)."""
         result: pd.DataFrame = await asweep_corpus(
             self,

@@ -46,7 +46,7 @@ from tulip_nb.core.messages import Message
 from tulip_nb.core.turns import turn_index, turn_starts
 from tulip_nb.lab._common import FORK_INDEX_KEY, call_text, esc, short
 from tulip_nb.lab._diff_align import Row, Side, align, lineage_turns, side
-from tulip_nb.lab.lineage import common_ancestor, origin
+from tulip_nb.lab._lineage import common_ancestor, origin
 from tulip_nb.lab.thread import Thread, aas_thread, aopen_thread
 
 if TYPE_CHECKING:

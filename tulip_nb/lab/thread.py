@@ -49,10 +49,10 @@ from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import OUTCOMES, Turn, split_turns, turn_index, turn_starts
 from tulip_nb.lab._common import call_text, esc, short
 from tulip_nb.lab._headers import PrefixIndex, marked_count
+from tulip_nb.lab._lineage import lineage_rows
 from tulip_nb.lab._recorded import recorded_tools
 from tulip_nb.lab._stores import open_checkpointer
 from tulip_nb.lab._window import over_window, saved_window, window_for
-from tulip_nb.lab.lineage import lineage_rows
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
 from tulip_nb.memory.conversation import TulipView, compaction_events, model_view, model_views, saved_token_counts
 from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter

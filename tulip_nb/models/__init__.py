@@ -6,7 +6,7 @@
   client (imported only when used; ``pip install 'tulip_nb[openai]'``);
 - :mod:`tulip_nb.models.metadata` — context windows (``register_metadata`` / ``metadata_for``);
 - live experiments: :class:`ModelCache` / :func:`cached` (a response cache in one SQLite file),
-  :mod:`~tulip_nb.models.limits` (one concurrency limit per model, retries honouring
+  :mod:`~tulip_nb.models._limits` (one concurrency limit per model, retries honouring
   ``Retry-After``), :mod:`~tulip_nb.models.pricing` (cost per call), :class:`Budget` (a sweep stops
   before passing it).
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from tulip_nb.core.errors import UserError
+from tulip_nb.models._limits import ConcurrencyLimit, RetriesExhausted, RetryPolicy, shared_limit
 from tulip_nb.models.base import (
     ContextWindowExceeded,
     Model,
@@ -26,7 +27,6 @@ from tulip_nb.models.base import (
 )
 from tulip_nb.models.budget import Budget, BudgetExceeded, BudgetMeter, MeteredModel, metered
 from tulip_nb.models.cache import CachedModel, CacheEntry, ModelCache, cached, request_key
-from tulip_nb.models.limits import ConcurrencyLimit, RetriesExhausted, RetryPolicy, shared_limit
 from tulip_nb.models.metadata import ModelMetadata as ModelMetadata
 from tulip_nb.models.metadata import metadata_for as metadata_for
 from tulip_nb.models.metadata import register_metadata as register_metadata

@@ -15,7 +15,7 @@ result instead of crashing. An error status becomes :class:`~tulip_nb.models.bas
 (:class:`~tulip_nb.models.base.ContextWindowExceeded` for a context overflow).
 
 **Live experiments.** Every request goes through one concurrency limit per model and base URL,
-shared by the whole process (``max_concurrency``; :mod:`tulip_nb.models.limits`), and is retried on
+shared by the whole process (``max_concurrency``; :mod:`tulip_nb.models._limits`), and is retried on
 429, 5xx, timeouts and dropped or truncated responses, honouring ``Retry-After``, within a total
 ``deadline`` per call (the client's own retries are off: ours see the limit). ``cache=`` (a
 :class:`~tulip_nb.models.cache.ModelCache`) answers a request already made from disk, bit for bit
@@ -38,9 +38,9 @@ from dataclasses import replace
 from typing import Any
 
 from tulip_nb.core.messages import Message, ToolCall
+from tulip_nb.models._limits import CallStats, RetryPolicy, call_with_retries, retry_after_seconds, shared_limit
 from tulip_nb.models.base import ContextWindowExceeded, ModelError, ModelHTTPError, ModelResponse, Usage
 from tulip_nb.models.cache import ModelCache, request_key
-from tulip_nb.models.limits import CallStats, RetryPolicy, call_with_retries, retry_after_seconds, shared_limit
 from tulip_nb.models.pricing import Price, cost_of
 
 try:
@@ -134,9 +134,9 @@ class OpenAIModel:
         max_concurrency: requests in flight to this model (base URL + name) in the process;
             None keeps the shared limit's current value (8 when first created).
         max_retries, deadline, timeout: retries after the first attempt, seconds for a whole
-            call, seconds for one attempt (see :class:`~tulip_nb.models.limits.RetryPolicy`).
+            call, seconds for one attempt (see :class:`~tulip_nb.models._limits.RetryPolicy`).
         price: USD per 1M tokens for this adapter (default: :func:`~tulip_nb.models.pricing.price_for`).
-        retry: a whole :class:`~tulip_nb.models.limits.RetryPolicy` (backoff, caps), instead of
+        retry: a whole :class:`~tulip_nb.models._limits.RetryPolicy` (backoff, caps), instead of
             ``max_retries`` and ``deadline``.
     """
 

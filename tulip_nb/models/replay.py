@@ -36,7 +36,7 @@ from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import Turn
 from tulip_nb.models.base import ModelError, ModelResponse, Usage
 
-__all__ = ["Divergence", "Recording", "ReplayDiverged", "ReplayModel", "ReplayedFailure"]
+__all__ = ["Recording", "ReplayedFailure"]
 
 
 class _HasFinalMessages(Protocol):

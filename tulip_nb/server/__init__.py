@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 from tulip_nb._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
-    from tulip_nb.server.agent_server import AgentServer
-    from tulip_nb.server.checkpoints import checkpoint_app
+    from tulip_nb.server._agent_server import AgentServer
+    from tulip_nb.server._checkpoints import checkpoint_app
 
 __all__ = ["AgentServer", "checkpoint_app"]
 
 # name -> module (import on first use: starlette is an optional dependency, ``tulip_nb[server]``)
 _LAZY: dict[str, str] = {
-    "checkpoint_app": ".checkpoints",
-    "AgentServer": ".agent_server",
+    "checkpoint_app": "._checkpoints",
+    "AgentServer": "._agent_server",
 }
 
 

@@ -34,7 +34,7 @@ The flags say which parts of the contract beyond ``save`` / ``load`` / ``list_ch
 backend keeps (all on by default); optional operations are checked as its
 :attr:`~tulip_nb.memory.checkpointer.BaseCheckpointer.capabilities` claim, both ways.
 
-It also ships a generator of **messy threads** (:mod:`tulip_nb.testing.messy`): real agent runs
+It also ships a generator of **messy threads** (:mod:`tulip_nb.testing._messy`): real agent runs
 with injected failures (model errors, context overflow, ``max_iterations``, interrupts, tool
 errors, tulip-written turns, forks that change the system prompt or a tool) and their ground
 truth, for tests and benchmarks of the research layer: :class:`MessySpec`,
@@ -57,8 +57,7 @@ from tulip_nb._lazy import lazy_exports
 from tulip_nb.testing._states import ODD_THREAD_IDS, full_state
 
 if TYPE_CHECKING:
-    from tulip_nb.testing._suite import CheckpointerFactory, CheckpointerSuite, Opener, store_view
-    from tulip_nb.testing.messy import (
+    from tulip_nb.testing._messy import (
         OUTCOMES,
         MessyFork,
         MessySpec,
@@ -72,6 +71,7 @@ if TYPE_CHECKING:
         messy_agent,
         messy_specs,
     )
+    from tulip_nb.testing._suite import CheckpointerFactory, CheckpointerSuite, Opener, store_view
 
 __all__ = [
     "CheckpointerFactory",
@@ -109,6 +109,6 @@ _MESSY = (  # import the agent
     "messy_agent",
     "messy_specs",
 )
-_LAZY: dict[str, str] = {**dict.fromkeys(_SUITE, "._suite"), **dict.fromkeys(_MESSY, ".messy")}
+_LAZY: dict[str, str] = {**dict.fromkeys(_SUITE, "._suite"), **dict.fromkeys(_MESSY, "._messy")}
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -1,7 +1,7 @@
 """What a messy thread is generated from: :class:`MessySpec`, and the summariser its threads run with.
 
 The spec and :func:`keep_facts` sit below the planner (:mod:`tulip_nb.testing._messy_plan`), the
-runner (:mod:`tulip_nb.testing._messy_run`) and the generator (:mod:`tulip_nb.testing.messy`),
+runner (:mod:`tulip_nb.testing._messy_run`) and the generator (:mod:`tulip_nb.testing._messy`),
 which all read them; they are public as ``tulip_nb.testing.MessySpec`` and ``keep_facts``.
 """
 

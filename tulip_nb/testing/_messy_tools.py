@@ -1,4 +1,4 @@
-"""The tools of the messy threads (:mod:`tulip_nb.testing.messy`): deterministic, async, offline.
+"""The tools of the messy threads (:mod:`tulip_nb.testing._messy`): deterministic, async, offline.
 
 ``lookup_record`` is idempotent, ``query_metric`` raises on some inputs (its v2, for forks that
 change a tool, never does), ``fetch_report`` returns 5-30 kB, ``ask_human`` interrupts the run.

@@ -30,20 +30,20 @@ from tulip_nb._deps import EXTRAS, missing
 from tulip_nb._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
-    from tulip_nb.widgets.corpus import CorpusView
-    from tulip_nb.widgets.panels import ExportPanel, ReplayPlayer, ThreadBrowser, ThreadDiffView
-    from tulip_nb.widgets.stepper import Stepper, TokenBudget
-    from tulip_nb.widgets.tuner import CompactionTuner
+    from tulip_nb.widgets._corpus import CorpusView
+    from tulip_nb.widgets._panels import ExportPanel, ReplayPlayer, ThreadBrowser, ThreadDiffView
+    from tulip_nb.widgets._stepper import Stepper, TokenBudget
+    from tulip_nb.widgets._tuner import CompactionTuner
 
 _LAZY: dict[str, str] = {
-    "CompactionTuner": ".tuner",
-    "CorpusView": ".corpus",
-    "ExportPanel": ".panels",
-    "ReplayPlayer": ".panels",
-    "Stepper": ".stepper",
-    "ThreadBrowser": ".panels",
-    "ThreadDiffView": ".panels",
-    "TokenBudget": ".stepper",
+    "CompactionTuner": "._tuner",
+    "CorpusView": "._corpus",
+    "ExportPanel": "._panels",
+    "ReplayPlayer": "._panels",
+    "Stepper": "._stepper",
+    "ThreadBrowser": "._panels",
+    "ThreadDiffView": "._panels",
+    "TokenBudget": "._stepper",
 }
 
 __all__ = [

@@ -268,7 +268,7 @@ def thread_body(thread: Thread, *, max_chars: int, plot: bool = True, back: str 
     a link to the page that lists it (a corpus index)."""
     figure = ""
     if plot and thread.n_calls:
-        from tulip_nb.lab.plots import plot_token_usage
+        from tulip_nb.lab._plots import plot_token_usage
 
         fig = plot_token_usage(thread)
         figure = (

@@ -4,7 +4,7 @@
 (a glob like ``case-00*`` or a substring), numeric ranges, a pandas query string, the page, the
 selected thread and the chosen config — and renders it: the page's rows as an HTML table (25 rows
 by default, so a corpus of thousands stays one screen and renders as fast as 25 rows), "rows 26-50
-of 812 matching (1,000 threads)", the distribution plots of :mod:`tulip_nb.lab.corpus_plots`, and
+of 812 matching (1,000 threads)", the distribution plots of :mod:`tulip_nb.lab._corpus_plots`, and
 the chosen config's simulation rows for the threads on the page::
 
     from tulip_nb.lab.controllers import CorpusController
@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab._common import esc
+from tulip_nb.lab._corpus_plots import plot_corpus_distributions, plot_facts_kept
 from tulip_nb.lab._corpus_rows import SIMULATION_COLUMNS, SUMMARY_COLUMNS
+from tulip_nb.lab._plots import to_png
 from tulip_nb.lab.controllers._html import MARK_COLORS, note, png_tag, scroll_box
-from tulip_nb.lab.corpus_plots import plot_corpus_distributions, plot_facts_kept
-from tulip_nb.lab.plots import to_png
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -46,17 +46,7 @@ from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import esc
-from tulip_nb.lab._recorded import (
-    RecordedSummaries,
-    import_path,
-    import_summarizer,
-    recorded_config,
-    recorded_summarizer_ref,
-    summarizer_note,
-)
-from tulip_nb.lab._window import Window
-from tulip_nb.lab.controllers._html import more_note, note, png_tag, scroll_box, table
-from tulip_nb.lab.plots import (
+from tulip_nb.lab._plots import (
     COMPACTION_GID,
     OVER_GID,
     TRIGGER_GID,
@@ -67,6 +57,16 @@ from tulip_nb.lab.plots import (
     plot_token_usage,
     to_png,
 )
+from tulip_nb.lab._recorded import (
+    RecordedSummaries,
+    import_path,
+    import_summarizer,
+    recorded_config,
+    recorded_summarizer_ref,
+    summarizer_note,
+)
+from tulip_nb.lab._window import Window
+from tulip_nb.lab.controllers._html import more_note, note, png_tag, scroll_box, table
 from tulip_nb.lab.simulate import Probes, _state_of, normalize_probes, simulate_compaction, summarize_simulation
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.memory.managers import ConversationManager, SlidingWindowManager

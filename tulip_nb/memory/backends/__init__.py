@@ -16,6 +16,10 @@ from tulip_nb.memory.backends.memory import MemoryCheckpointer
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
+    from tulip_nb.memory.backends._mysql import MySQLBackend
+    from tulip_nb.memory.backends._opensearch import OpenSearchBackend
+    from tulip_nb.memory.backends._postgresql import PostgreSQLBackend
+    from tulip_nb.memory.backends._redis_history_checkpointer import RedisHistoryCheckpointer
     from tulip_nb.memory.backends.adapters import (
         StorageBackendAdapter,
         mysql_checkpointer,
@@ -24,11 +28,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         redis_checkpointer,
     )
     from tulip_nb.memory.backends.http import HTTPCheckpointer
-    from tulip_nb.memory.backends.mysql import MySQLBackend
-    from tulip_nb.memory.backends.opensearch import OpenSearchBackend
-    from tulip_nb.memory.backends.postgresql import PostgreSQLBackend
     from tulip_nb.memory.backends.redis import RedisBackend
-    from tulip_nb.memory.backends.redis_history import RedisHistoryCheckpointer
     from tulip_nb.memory.backends.s3 import S3Backend, s3_checkpointer
     from tulip_nb.memory.backends.tulip_pg import TulipPgCheckpointer
     from tulip_nb.memory.urls import checkpointer_from_url
@@ -44,10 +44,10 @@ _LAZY: dict[str, str] = {
     "mysql_checkpointer": ".adapters",
     "opensearch_checkpointer": ".adapters",
     "RedisBackend": ".redis",
-    "RedisHistoryCheckpointer": ".redis_history",
-    "PostgreSQLBackend": ".postgresql",
-    "MySQLBackend": ".mysql",
-    "OpenSearchBackend": ".opensearch",
+    "RedisHistoryCheckpointer": "._redis_history_checkpointer",
+    "PostgreSQLBackend": "._postgresql",
+    "MySQLBackend": "._mysql",
+    "OpenSearchBackend": "._opensearch",
     "TulipPgCheckpointer": ".tulip_pg",
     "SQLHistoryCheckpointer": "._history_kv",
     "checkpointer_from_url": "tulip_nb.memory.urls",

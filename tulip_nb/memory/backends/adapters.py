@@ -525,7 +525,7 @@ def redis_checkpointer(
     backend = RedisBackend(url=url, prefix=prefix, ttl_seconds=ttl_seconds, **kwargs)
     if chosen == "kv":
         return StorageBackendAdapter(backend, sign=True if sign is None else sign)
-    from tulip_nb.memory.backends.redis_history import RedisHistoryCheckpointer
+    from tulip_nb.memory.backends._redis_history_checkpointer import RedisHistoryCheckpointer
 
     return RedisHistoryCheckpointer(backend, layout=chosen, sign=bool(sign))
 
@@ -550,8 +550,8 @@ def postgresql_checkpointer(
     (:mod:`~tulip_nb.memory.backends._history_kv`). ``connect_kwargs`` go to ``psycopg.connect``.
     """
     from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
+    from tulip_nb.memory.backends._postgresql import PostgreSQLBackend, kv_table_ddl
     from tulip_nb.memory.backends._sql_server import PostgresDialect
-    from tulip_nb.memory.backends.postgresql import PostgreSQLBackend, kv_table_ddl
 
     for legacy in ("min_pool_size", "max_pool_size"):  # the key-value adapter's pool sizes
         if legacy in connect_kwargs:
@@ -588,9 +588,9 @@ def mysql_checkpointer(
     ``mysql.connector.connect``.
     """
     from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
+    from tulip_nb.memory.backends._mysql import MySQLBackend, kv_table_ddl, parse_mysql_dsn
     from tulip_nb.memory.backends._mysql_tls import tls_choice
     from tulip_nb.memory.backends._sql_server import MySQLDialect
-    from tulip_nb.memory.backends.mysql import MySQLBackend, kv_table_ddl, parse_mysql_dsn
 
     kwargs = {**parse_mysql_dsn(dsn), **connect_kwargs}
     mode, why = tls_choice(kwargs)  # the rules of MySQLBackend (_mysql_tls): preferred by default
@@ -620,9 +620,9 @@ def opensearch_checkpointer(
 
     ``hosts`` are URLs (``["http://localhost:9200"]``, ``https://user:pass@host:9200``); other
     keywords (``username``, ``password``, ``refresh``, ``timeout``, opensearch-py client options
-    such as ``verify_certs``) go to :class:`~tulip_nb.memory.backends.opensearch.OpenSearchBackend`.
+    such as ``verify_certs``) go to :class:`~tulip_nb.memory.backends._opensearch.OpenSearchBackend`.
     Tested against an emulator (osmem-server), not a real cluster.
     """
-    from tulip_nb.memory.backends.opensearch import OpenSearchBackend
+    from tulip_nb.memory.backends._opensearch import OpenSearchBackend
 
     return StorageBackendAdapter(OpenSearchBackend(hosts=hosts, index_name=index_name, **kwargs), sign=sign)

@@ -1,7 +1,7 @@
 """HTTPCheckpointer: a checkpointer that lives behind an HTTP service (tulip's wire protocol).
 
 The service stores; this class speaks. Any server of tulip's checkpoint protocol works (see
-:mod:`tulip_nb.server.checkpoints` for the routes), including tulip_nb's own
+:mod:`tulip_nb.server._checkpoints` for the routes), including tulip_nb's own
 ``checkpoint_app(checkpointer)``, which also serves the *tulip_nb extensions*: compare-and-swap
 (``If-Match``), one-request loads of the latest checkpoint, and the optional operations
 (``list_threads``, ``copy_thread``, ``search``...) of whatever checkpointer it wraps.

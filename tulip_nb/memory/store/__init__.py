@@ -22,6 +22,7 @@ of them.
 
 from __future__ import annotations
 
+from tulip_nb.memory.store._memory import InMemoryStore
 from tulip_nb.memory.store.base import (
     BaseStore,
     Namespace,
@@ -30,7 +31,6 @@ from tulip_nb.memory.store.base import (
     StoreCapabilityError,
     StoreItem,
 )
-from tulip_nb.memory.store.memory import InMemoryStore
 
 __all__ = [
     "BaseStore",

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 from tulip_nb._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from tulip_nb.memory.store_backends.holographic import HolographicStore
-    from tulip_nb.memory.store_backends.pg import PgMemory
+    from tulip_nb.memory.store_backends._holographic import HolographicStore
+    from tulip_nb.memory.store_backends._pg import PgMemory
 
 __all__ = ["HolographicStore", "PgMemory"]
 
 _LAZY = {
-    "HolographicStore": ".holographic",
-    "PgMemory": ".pg",
+    "HolographicStore": "._holographic",
+    "PgMemory": "._pg",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -7,7 +7,7 @@ more per thread of its chunk, each with its ``thread_id``. Nothing but the store
 ``payload`` travels: the worker opens the store from its URL (:mod:`tulip_nb.memory.urls`), so a
 worker's memory is one chunk's rows and one thread at a time, whatever the corpus size::
 
-    from tulip_nb.lab.executors import map_threads
+    from tulip_nb.lab._executors import map_threads
 
     async def count_messages(source, chunk, payload):      # top level: workers import it
         cp, opened = open_checkpointer(source)

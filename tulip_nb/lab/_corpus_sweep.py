@@ -9,7 +9,7 @@ so the last turn is run again under the variant.
 
 A tool call whose tool and canonical arguments equal a call of the recording is **answered from
 the record** (the result recorded at the same position when the recording made that call there,
-else the nearest earlier one; :class:`~tulip_nb.lab.replay.RecordedResults`), so a what-if over
+else the nearest earlier one; :class:`~tulip_nb.lab._replay.RecordedResults`), so a what-if over
 recorded threads needs no live tools. Any other call runs the agent's tool; a tool the variant
 overrides (``tool_override``) always runs, since that override is the what-if::
 
@@ -35,7 +35,7 @@ from what decides it (so re-running the sweep reuses what it finished: ``resume=
 so a later ``open_corpus(url, "case-*")`` lists the branches too: keep the first corpus, or drop
 the rows of ``summary()`` with a ``forked_from``.
 
-**Executors.** The work is split by thread (:func:`~tulip_nb.lab.executors.map_threads`): in
+**Executors.** The work is split by thread (:func:`~tulip_nb.lab._executors.map_threads`): in
 process by default, or on a ``concurrent.futures`` executor or a Dask client, whose workers open
 the store from its URL (open the corpus from a URL). What travels is the agent's recipe (model,
 tools, system prompt, manager, ``max_iterations``) and the variants, pickled: a ``ScriptedModel``
@@ -65,11 +65,11 @@ from tulip_nb.core.canonical import same_message
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
+from tulip_nb.lab._executors import amap_threads, is_dask_client, require_picklable
 from tulip_nb.lab._live import SweepBudget, Tally, branch_id, executions_after, live_columns
+from tulip_nb.lab._replay import RecordedResults
 from tulip_nb.lab._stores import open_checkpointer
 from tulip_nb.lab.branches import VariantBranch, Variants, _named_variants, _point, _variant_agent, sweep_variants
-from tulip_nb.lab.executors import amap_threads, is_dask_client, require_picklable
-from tulip_nb.lab.replay import RecordedResults
 from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.models.budget import Budget
 from tulip_nb.models.scripted import ScriptedModel
@@ -484,7 +484,7 @@ async def _sweep_chunk(cp: Any, thread_ids: Sequence[str], plan: _Plan) -> list[
 
 
 async def sweep_chunk(source: Any, thread_ids: Sequence[str], plan: _Plan) -> list[dict[str, Any]]:
-    """The task :func:`~tulip_nb.lab.executors.map_threads` runs on a chunk of thread ids (top
+    """The task :func:`~tulip_nb.lab._executors.map_threads` runs on a chunk of thread ids (top
     level, so a worker imports it): ``source`` is the corpus's checkpointer or its store URL."""
     cp, opened = open_checkpointer(getattr(source, "checkpointer", source))
     try:
@@ -536,7 +536,7 @@ async def asweep_corpus(
     tools are the live ones; None: every variant names its ``model`` and tools answer from the
     record only); ``executor``: None (in process), a ``concurrent.futures`` executor or a Dask
     client (the corpus must then come from a store URL); ``progress`` as
-    :func:`~tulip_nb.lab.executors.map_threads` takes it. A bad variant, ``at`` or
+    :func:`~tulip_nb.lab._executors.map_threads` takes it. A bad variant, ``at`` or
     ``max_concurrency``, or a payload that cannot reach the workers, is a :class:`UserError`
     before anything runs; per thread and branch failures are rows with ``error``.
 

@@ -41,9 +41,9 @@ from typing import Any, Literal
 
 from tulip_nb._sync import sync_twin
 from tulip_nb.agent._checks import check_checkpointer
+from tulip_nb.agent._errors import NothingToResume, ResumeNeedsResponse
 from tulip_nb.agent._loop import TurnRunner, snapshot
 from tulip_nb.agent._turn import coerce_messages, pending_calls, run_info, start_turn
-from tulip_nb.agent.errors import NothingToResume, ResumeNeedsResponse
 from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, check_hooks, emit
 from tulip_nb.agent.result import AgentResult, Step
 from tulip_nb.core import utcnow

@@ -1,9 +1,9 @@
 """Plots of a corpus: how its threads are distributed, and how many facts each config keeps.
 
 Both take the frames of :class:`~tulip_nb.lab.corpus.Corpus` and return a self-displaying
-:class:`~tulip_nb.lab.plots.InlineFigure` (matplotlib, Agg)::
+:class:`~tulip_nb.lab._plots.InlineFigure` (matplotlib, Agg)::
 
-    from tulip_nb.lab.corpus_plots import plot_corpus_distributions, plot_facts_kept
+    from tulip_nb.lab._corpus_plots import plot_corpus_distributions, plot_facts_kept
 
     summary = corpus.summary()
     plot_corpus_distributions(summary)                 # tokens, compactions, over-window calls
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
 from tulip_nb.core.errors import UserError
-from tulip_nb.lab.plots import _figure
+from tulip_nb.lab._plots import _figure
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -83,7 +83,7 @@ def _inline_figure_class() -> type[Figure]:
                 return to_png(self)
 
         InlineFigure.__module__ = __name__
-        InlineFigure.__qualname__ = "InlineFigure"  # pickles as tulip_nb.lab.plots.InlineFigure
+        InlineFigure.__qualname__ = "InlineFigure"  # pickles as tulip_nb.lab._plots.InlineFigure
         _inline_class = InlineFigure
     return _inline_class
 

@@ -27,7 +27,7 @@ be read (one row for that thread, NA elsewhere), so a failure is never a missing
     calls = corpus.calls(executor=client)                 # on a Dask cluster, gathered as pandas
     lazy = corpus.messages(executor=client, output="dask")  # a dask DataFrame, one partition per chunk
 
-The work is split by thread as for the summary (:mod:`tulip_nb.lab.executors`): a worker holds one
+The work is split by thread as for the summary (:mod:`tulip_nb.lab._executors`): a worker holds one
 thread's state and its chunk's rows at a time. The frames are equal whatever the executor.
 """
 
@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb.core.calls import answered_by
 from tulip_nb.lab._corpus_rows import end_chunk
+from tulip_nb.lab._executors import error_row
 from tulip_nb.lab._stores import open_checkpointer
-from tulip_nb.lab.executors import error_row
 from tulip_nb.lab.thread import Thread, aopen_thread
 
 if TYPE_CHECKING:
@@ -232,7 +232,7 @@ _BUILDERS = {"turns": turns_frame, "calls": calls_frame, "events": events_frame}
 
 
 async def frames_task(source: Any, chunk: list[str], payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of frame ``payload["kind"]`` for ``chunk`` (a :func:`~tulip_nb.lab.executors.map_threads`
+    """The rows of frame ``payload["kind"]`` for ``chunk`` (a :func:`~tulip_nb.lab._executors.map_threads`
     task): one thread's state at a time; a thread that fails is one row with ``error``."""
     kind = payload["kind"]
     cp, opened = open_checkpointer(source)

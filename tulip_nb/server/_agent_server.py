@@ -435,7 +435,7 @@ class AgentServer:
 
     # -- the checkpoint protocol, per principal ------------------------------------------------
     async def _delegate(self, request: Request, principal: str, scope: Scope, receive: Receive, send: Send) -> None:
-        from tulip_nb.server.checkpoints import checkpoint_app
+        from tulip_nb.server._checkpoints import checkpoint_app
 
         app = self._checkpoint_apps.get(principal)
         if app is None:

@@ -15,7 +15,7 @@ import ipywidgets as W
 from tulip_nb._html import esc
 from tulip_nb.lab.controllers.corpus import PAGE_SIZE, CorpusController
 from tulip_nb.widgets._base import Debouncer, Panel, error_html
-from tulip_nb.widgets.panels import ReplayPlayer
+from tulip_nb.widgets._panels import ReplayPlayer
 
 if TYPE_CHECKING:
     import pandas as pd
