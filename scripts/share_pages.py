@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tulip_nb.lab import diff_threads, open_corpus, open_thread
+from tulip_nb.lab import diff_threads, open_corpus, open_thread, to_html
 from tulip_nb.memory.backends import MemoryCheckpointer
 from tulip_nb.testing import MessySpec, build_messy_corpus, build_messy_thread
 
@@ -90,14 +90,14 @@ def main() -> None:
     truth, took = timed(lambda: build_messy_thread(cp, "messy", MessySpec(seed=30, turns=args.turns, forks=1)))
     thread = open_thread(cp, "messy")
     print(f"thread: {thread!r} ({thread.n_calls} model calls; built in {took:.1f} s)")
-    page, took_page = timed(lambda: thread.to_html(root / "thread.html"))
+    page, took_page = timed(lambda: to_html(thread, root / "thread.html"))
     fork = open_thread(cp, truth.forks[0].thread_id)
-    diff, took_diff = timed(lambda: diff_threads(thread, fork).to_html(root / "diff.html"))
+    diff, took_diff = timed(lambda: to_html(diff_threads(thread, fork), root / "diff.html"))
 
     corpus_cp = MemoryCheckpointer()
     build_messy_corpus(corpus_cp, args.threads, MessySpec(seed=31, turns=12), prefix="case")
     corpus = open_corpus(corpus_cp)
-    index, took_site = timed(lambda: corpus.to_html(root / "corpus"))
+    index, took_site = timed(lambda: to_html(corpus, root / "corpus"))
     site_bytes = sum(f.stat().st_size for f in (root / "corpus").rglob("*.html"))
     pages = sorted((root / "corpus" / "threads").iterdir())
 

@@ -26,7 +26,7 @@ import pytest
 
 from tests.browser.test_jupyterlab import CHROME_ARGS, CHROMIUM, SHOTS, _unavailable
 from tests.lab.hostile_threads import HOSTILE_ID, PAYLOADS, PWNED, build_hostile_thread
-from tulip_nb.lab import Thread, diff_threads, fork, open_corpus, open_thread
+from tulip_nb.lab import Thread, diff_threads, fork, open_corpus, open_thread, to_html
 from tulip_nb.lab.controllers import PlayerController
 from tulip_nb.memory.backends import MemoryCheckpointer
 from tulip_nb.testing import MessySpec, build_messy_corpus, build_messy_thread
@@ -58,21 +58,21 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     truth = build_messy_thread(cp, "messy-300", MessySpec(seed=30, turns=300, forks=1, tulip_rate=0.05))
     thread = open_thread(cp, "messy-300")
     branch = open_thread(cp, truth.forks[0].thread_id)
-    thread.to_html(root / "thread.html")
-    diff_threads(thread, branch).to_html(root / "diff.html")
+    to_html(thread, root / "thread.html")
+    to_html(diff_threads(thread, branch), root / "diff.html")
     corpus_cp = MemoryCheckpointer()
     build_messy_corpus(corpus_cp, 50, MessySpec(seed=31, turns=10), prefix="case")
     corpus = open_corpus(corpus_cp)
-    corpus.to_html(root / "corpus", plot=False)
+    to_html(corpus, root / "corpus", plot=False)
 
     evil = MemoryCheckpointer()
     build_hostile_thread(evil)
     t = open_thread(evil, HOSTILE_ID)
     edited = fork(t, turn=2, new_thread_id="evil-branch", edit=PAYLOADS[2])
     pages = [
-        t.to_html(root / "evil" / "thread.html"),
-        diff_threads(t, edited).to_html(root / "evil" / "diff.html"),
-        open_corpus(evil).to_html(root / "evil" / "corpus", plot=False),
+        to_html(t, root / "evil" / "thread.html"),
+        to_html(diff_threads(t, edited), root / "evil" / "diff.html"),
+        to_html(open_corpus(evil), root / "evil" / "corpus", plot=False),
     ]
     pages += sorted((root / "evil" / "corpus" / "threads").iterdir())
     hostile: list[Path] = []

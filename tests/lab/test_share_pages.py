@@ -16,7 +16,7 @@ from tests.conftest import examples
 from tests.lab.hostile_threads import HOSTILE_ID, PAYLOADS, build_hostile_thread
 from tests.lab.page_parse import Elements, assert_inert, data_block
 from tulip_nb.core.errors import UserError
-from tulip_nb.lab import diff_threads, fork, open_corpus, open_thread
+from tulip_nb.lab import diff_threads, fork, open_corpus, open_thread, to_html
 from tulip_nb.lab.share import diff_html, page_name, thread_html
 from tulip_nb.memory.backends import MemoryCheckpointer
 from tulip_nb.testing import ODD_THREAD_IDS, MessySpec, build_messy_corpus, build_messy_thread, messy_specs
@@ -89,7 +89,7 @@ def test_pages_of_threads_without_calls_or_messages() -> None:
     run_sync(cp.save(AgentState(messages=[]), "empty"))
     for tid, facts in (("no-calls", "2 messages · 1 turn · 0 model calls"), ("empty", "0 messages · 0 turns")):
         t = open_thread(cp, tid)
-        html = t.to_html()
+        html = to_html(t)
         assert isinstance(html, str) and facts in html and "this thread has no model calls" in html
         assert check_thread_page(html, t)["calls"] == []
         assert Elements(html).count("img") == 0  # no plot of nothing
@@ -98,7 +98,7 @@ def test_pages_of_threads_without_calls_or_messages() -> None:
 def test_thread_page_has_the_token_plot_as_an_inline_svg() -> None:
     cp = MemoryCheckpointer()
     build_messy_thread(cp, "t", MessySpec(seed=2, turns=30))
-    html = open_thread(cp, "t").to_html()
+    html = to_html(open_thread(cp, "t"))
     imgs = [a for tag, a in Elements(html).tags if tag == "img"]
     assert len(imgs) == 1 and imgs[0]["src"].startswith("data:image/svg+xml;base64,")
     assert "default-src 'none'" in html
@@ -123,7 +123,7 @@ def test_hostile_content_stays_text_in_every_page(tmp_path: Path) -> None:
     assert_inert(page)
     assert "changed" in page and html_lib.escape("</script><img src=x onerror=alert(1)>") in page
 
-    index = open_corpus(cp).to_html(tmp_path / "site", plot=False)
+    index = to_html(open_corpus(cp), tmp_path / "site", plot=False)
     assert_inert(index.read_text())
     for f in (tmp_path / "site" / "threads").iterdir():
         assert_inert(f.read_text())
@@ -173,7 +173,7 @@ def test_diff_page_shows_the_branch_point_and_every_hunk() -> None:
     for f in truth.forks:
         b = open_thread(cp, f.thread_id)
         d = diff_threads(a, b)
-        page = d.to_html(context=2)
+        page = to_html(d, context=2)
         assert isinstance(page, str)
         hunks = d.hunks(2)
         rows = [r for h in hunks for r in h.rows]
@@ -192,7 +192,7 @@ def test_corpus_site_has_an_index_row_and_a_page_per_thread(tmp_path: Path) -> N
     for i, tid in enumerate(ODD_THREAD_IDS[:8]):
         build_messy_thread(cp, tid, MessySpec(seed=i, turns=3))
     corpus = open_corpus(cp)
-    index = corpus.to_html(tmp_path / "site", plot=False)
+    index = to_html(corpus, tmp_path / "site", plot=False)
     el = Elements(index.read_text())
     ids = [a["data-id"] for tag, a in el.tags if tag == "tr" and "data-id" in a]
     assert sorted(ids) == sorted(corpus.thread_ids)
@@ -211,7 +211,7 @@ def test_corpus_index_never_publishes_the_store_credentials(tmp_path: Path) -> N
     cp = MemoryCheckpointer()
     build_messy_thread(cp, "t", MessySpec(seed=1, turns=3))
     secret = "postgresql://analyst:s3cr3t@db.internal:5432/threads?sslpassword=k3y"
-    index = Corpus(cp, ["t"], source=secret).to_html(tmp_path / "site", plot=False)
+    index = to_html(Corpus(cp, ["t"], source=secret), tmp_path / "site", plot=False)
     html = index.read_text()
     assert "postgresql://db.internal:5432/threads" in html
     assert "s3cr3t" not in html and "k3y" not in html and "analyst" not in html

@@ -44,33 +44,9 @@ ABOVE_THE_LINE = ("tulip_nb.lab", "tulip_nb.widgets", "tulip_nb.server", "pandas
 ALLOWED: frozenset[tuple[str, str]] = frozenset()
 
 
-# Import cycles (strongly connected components) still to remove, each as the set of its modules.
-# All being removed in issue 31: the lead empties this set once those branches are merged. An
-# entry that no longer matches a cycle exactly fails the test too.
-ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        frozenset({"tulip_nb.memory.checkpointer", "tulip_nb.memory.retention"}),
-        frozenset({"tulip_nb.agent._loop", "tulip_nb.agent._agent"}),
-        frozenset(
-            {
-                "tulip_nb.lab._corpus_rows",
-                "tulip_nb.lab._corpus_summary",
-                "tulip_nb.lab.branches",
-                "tulip_nb.lab.corpus",
-                "tulip_nb.lab._corpus_frames",
-                "tulip_nb.lab._corpus_sweep",
-                "tulip_nb.lab.diff",
-                "tulip_nb.lab._executors",
-                "tulip_nb.lab.export",
-                "tulip_nb.lab._replay",
-                "tulip_nb.lab.share",
-                "tulip_nb.lab.simulate",
-                "tulip_nb.lab.thread",
-            }
-        ),
-        frozenset({"tulip_nb.testing._messy_plan", "tulip_nb.testing._messy_run", "tulip_nb.testing._messy"}),
-    }
-)
+# Import cycles (strongly connected components) still to remove, each as the set of its modules
+# (none left since issue 31). An entry that no longer matches a cycle exactly fails the test too.
+ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset()
 
 
 def _module_name(path: Path) -> str:

@@ -93,12 +93,13 @@ def run(args: argparse.Namespace) -> int:
 def _corpus(args: argparse.Namespace) -> int:
     from tulip_nb._cli._common import require_existing
     from tulip_nb.lab.corpus import open_corpus
+    from tulip_nb.lab.share import to_html
 
     with open_corpus(args.url, args.thread) as corpus:
         require_existing(corpus.checkpointer, args.url)
         if not len(corpus):
             raise ValueError(f"no thread of {args.url!r} matches {args.thread!r}: nothing to share")
-        index = corpus.to_html(args.output or Path("site"), max_chars=args.max_chars, plot=not args.no_plot)
+        index = to_html(corpus, args.output or Path("site"), max_chars=args.max_chars, plot=not args.no_plot)
     size = sum(f.stat().st_size for f in index.parent.rglob("*.html"))
     print(f"wrote {index} and {len(corpus)} thread pages ({size:,} bytes)")
     return 0

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from tulip_nb.lab.corpus import Corpus, aopen_corpus, open_corpus, summarize_corpus_simulation
     from tulip_nb.lab.diff import MessageChange, ThreadDiff, adiff_threads, diff_threads
     from tulip_nb.lab.export import aexport_threads, export_threads
+    from tulip_nb.lab.share import to_html
     from tulip_nb.lab.simulate import (
         asimulate_compaction,
         compaction_grid,
@@ -73,6 +74,7 @@ _LAZY: dict[str, str] = {
     "summarize_simulation": ".simulate",
     "length_summarizer": ".simulate",
     "plot_token_usage": "._plots",
+    "to_html": ".share",
     "InlineFigure": "._plots",
     "plot_composition": "._plots",
     "plot_sweep": "._plots",
@@ -137,6 +139,7 @@ __all__ = [
     "sweep",
     "sweep_corpus",
     "threads",
+    "to_html",
     "to_png",
 ]
 

@@ -25,7 +25,6 @@ notebook cell; ``aopen_corpus``, ``asummary``, ``asimulate``, ``asweep`` are the
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from tulip_nb._deps import require
@@ -442,13 +441,6 @@ class Corpus:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    def to_html(self, directory: str | Path, *, max_chars: int = 4000, plot: bool = True) -> Path:
-        """This corpus as a static site in ``directory``: ``index.html`` (the summary, sortable and
-        filterable) and a page per thread (:func:`tulip_nb.lab.share.write_corpus_site`)."""
-        from tulip_nb.lab.share import write_corpus_site
-
-        return write_corpus_site(self, directory, max_chars=max_chars, plot=plot)
 
     def _repr_html_(self) -> str:
         head = ", ".join(esc(t) for t in self.thread_ids[:5]) + (" …" if len(self) > 5 else "")

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
@@ -377,15 +376,6 @@ class ThreadDiff:
                 row["text_diff"] = c.text_diff()
             rows.append(row)
         return pd.DataFrame(rows, columns=cols)
-
-    def to_html(self, path: str | Path | None = None, *, context: int = 3, max_chars: int = 4000) -> str | Path:
-        """This diff as one self-contained HTML page (:mod:`tulip_nb.lab.share`): the branch point,
-        then every hunk with ``context`` same messages around each change. Written to ``path``
-        (returns the path), or returned as a string when ``path`` is None."""
-        from tulip_nb.lab.share import diff_html, write_html
-
-        html = diff_html(self, context=context, max_chars=max_chars)
-        return html if path is None else write_html(path, html)
 
     def _repr_html_(self, limit: int = 50, context: int = 3) -> str:
         """The summary, then the hunks: changed rows highlighted (up to ``limit`` of them), context

@@ -7,13 +7,15 @@ and a Content-Security-Policy forbids every network request. Thread content is u
 and tools wrote it): every string is escaped, so ``<script>``, ``onerror=`` attributes,
 ``javascript:`` URLs or U+2028 in a message are shown as text and never run or break the page.
 
-- :func:`thread_html` / ``Thread.to_html(path)``: turns and outcomes, the token plot with trigger
+:func:`to_html` writes (or returns) the page of whatever it is given:
+
+- :func:`thread_html` / ``to_html(thread, path)``: turns and outcomes, the token plot with trigger
   and window, a replay of what the model saw at each model call (slider, ◀ ▶, arrow keys),
   compaction events, every message with tool calls and results collapsed; texts longer than
   ``max_chars`` are truncated, with their full length shown.
-- :func:`diff_html` / ``ThreadDiff.to_html(path)``: the what-if diff: the summary (common
+- :func:`diff_html` / ``to_html(diff, path)``: the what-if diff: the summary (common
   ancestor, branch point), then every hunk of changed rows with context.
-- :func:`write_corpus_site` / ``Corpus.to_html(dir)``: ``index.html`` (a summary table, sortable
+- :func:`write_corpus_site` / ``to_html(corpus, dir)``: ``index.html`` (a summary table, sortable
   and filterable in plain JavaScript) and one page per thread under ``threads/``.
 
 The command line does the same: ``tulip-nb share URL THREAD -o thread.html`` and ``tulip-nb share
@@ -32,14 +34,12 @@ URL A --diff B -o diff.html``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, overload
 
 from tulip_nb.core.errors import UserError
-
-if TYPE_CHECKING:
-    from tulip_nb.lab.corpus import Corpus
-    from tulip_nb.lab.diff import ThreadDiff
-    from tulip_nb.lab.thread import Thread
+from tulip_nb.lab.corpus import Corpus
+from tulip_nb.lab.diff import ThreadDiff
+from tulip_nb.lab.thread import Thread
 
 __all__ = ["MAX_CHARS", "diff_html", "page_name", "thread_html", "write_corpus_site", "write_html"]
 
@@ -103,3 +103,41 @@ def write_corpus_site(corpus: Corpus, directory: str | Path, **options: Any) -> 
     if options:
         raise UserError(f"write_corpus_site: unknown options {sorted(options)}")
     return write_site(corpus, Path(directory), max_chars=max_chars, plot=plot)
+
+
+@overload
+def to_html(obj: Thread | ThreadDiff, path: None = None, **options: Any) -> str: ...
+@overload
+def to_html(obj: Thread | ThreadDiff | Corpus, path: str | Path, **options: Any) -> Path: ...
+def to_html(obj: Thread | ThreadDiff | Corpus, path: str | Path | None = None, **options: Any) -> str | Path:
+    """The self-contained page of a :class:`~tulip_nb.lab.Thread` or a
+    :class:`~tulip_nb.lab.ThreadDiff`, written to ``path`` (returns the path) or returned as a
+    string when ``path`` is None; a :class:`~tulip_nb.lab.Corpus` is written as a site into the
+    directory ``path`` (returns its ``index.html``).
+
+    ``options``: ``max_chars`` (all), ``plot`` (a thread, a corpus: the token plots),
+    ``context`` (a diff: same messages shown around each change).
+
+    >>> to_html(42)
+    Traceback (most recent call last):
+    ...
+    tulip_nb.core.errors.UserError: to_html takes a Thread, a ThreadDiff or a Corpus, got int
+    """
+    if isinstance(obj, Corpus):
+        if path is None:
+            raise UserError("to_html(corpus, directory): a corpus is a site of pages, give the directory to write")
+        return write_corpus_site(obj, path, **options)
+    if isinstance(obj, Thread):
+        html = thread_html(obj, **_only(options, "max_chars", "plot"))
+    elif isinstance(obj, ThreadDiff):
+        html = diff_html(obj, **_only(options, "max_chars", "context"))
+    else:
+        raise UserError(f"to_html takes a Thread, a ThreadDiff or a Corpus, got {type(obj).__name__}")
+    return html if path is None else write_html(path, html)
+
+
+def _only(options: dict[str, Any], *allowed: str) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise UserError(f"to_html: unknown options {unknown} (this page takes {', '.join(allowed)})")
+    return options

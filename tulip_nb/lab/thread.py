@@ -35,7 +35,6 @@ import inspect
 import itertools
 from datetime import datetime
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
@@ -469,15 +468,6 @@ class Thread:
         ``copy``), ``thread_id``, ``checkpoint_id`` (the other thread's first checkpoint),
         ``branch_point`` (the checkpoint the branch was cut from), ``created_at``, ``source``."""
         return run_sync(self.alineage())
-
-    # -- sharing --------------------------------------------------------------------------------
-    def to_html(self, path: str | Path | None = None, *, max_chars: int = 4000, plot: bool = True) -> str | Path:
-        """This thread as one self-contained HTML page (:mod:`tulip_nb.lab.share`): written to
-        ``path`` (returns the path), or returned as a string when ``path`` is None."""
-        from tulip_nb.lab.share import thread_html, write_html
-
-        html = thread_html(self, max_chars=max_chars, plot=plot)
-        return html if path is None else write_html(path, html)
 
     # -- display --------------------------------------------------------------------------------
     def _repr_html_(self, last: int = 12) -> str:

@@ -1,7 +1,7 @@
 """Self-contained HTML pages of threads, diffs and corpora (private to :mod:`tulip_nb.lab`).
 
-The public entry is :mod:`tulip_nb.lab.share`; ``Thread.to_html``, ``ThreadDiff.to_html`` and
-``Corpus.to_html`` delegate to it. The modules here split the work by responsibility:
+The public entry is :mod:`tulip_nb.lab.share`; :func:`tulip_nb.lab.to_html` (a thread, a diff or a
+corpus) delegates to it. The modules here split the work by responsibility:
 
 - :mod:`._document`: the page skeleton -- a Content-Security-Policy that allows no network
   request and runs only our own inline scripts (by hash), the inline CSS, data embedded as JSON
