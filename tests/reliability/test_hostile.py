@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tulip_nb.core import AgentState, Message
 from tulip_nb.core.errors import CheckpointCorrupt, TulipNBError
 from tulip_nb.memory.backends import FileCheckpointer
@@ -248,8 +249,11 @@ def _dumpable(v: Any) -> bool:
     return True
 
 
-GENERATED = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-"""The generated-request tests' settings: the hypothesis profile's count of examples (tests/conftest.py)."""
+GENERATED = settings(
+    max_examples=examples(1.5), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+"""The generated-request tests' settings: 1.5 times the hypothesis profile's count of examples
+(tests/conftest.py): 150 in ``ci``, as many as the busier of the two ran before the profiles."""
 
 
 @pytest.fixture
