@@ -11,7 +11,7 @@ from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.memory.conversation.events import EVENTS_KEY, model_view
-from tulip_nb.memory.conversation.plan import HistoryIndex, stub, turn_starts, units
+from tulip_nb.memory.conversation.plan import HistoryIndex, stub, units
 from tulip_nb.memory.managers import SlidingWindowManager
 from tulip_nb.tokens import FunctionCounter
 
@@ -55,7 +55,7 @@ def test_index_matches_scratch_on_every_prefix(seed: int) -> None:
         expected = units(prefix, body)
         assert idx.units == expected
         assert idx.starts == [s for s, _ in expected]
-        assert idx.turns == turn_starts(prefix, expected)
+        assert idx.turns == [k for k, (s, _) in enumerate(expected) if prefix[s].role == "user"]
         assert idx.prefix == [sum(chars(m) for m in prefix[:k]) for k in range(j + 1)]
         assert idx.calls_before(j) == sum(m.role == "assistant" for m in prefix)
         stubbed = idx.stub_prefix()

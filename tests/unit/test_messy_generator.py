@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from tests.conftest import examples
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.keys import EVENTS_KEY, FORKED_FROM_KEY, ITER_KEY, RUN_KEY, SOURCE_KEY, STATE_KEY
+from tulip_nb.core.turns import OUTCOMES
 from tulip_nb.memory.backends import MemoryCheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 from tulip_nb.testing import (
-    OUTCOMES,
     MessySpec,
     MessyThread,
     MessyTurn,

@@ -58,10 +58,6 @@ PACKAGE = Path(__file__).resolve().parents[2] / "tulip_nb"
 DISTINCT_NAMES: dict[str, frozenset[str]] = {
     # the model-side error subclasses core's (a manager raises core's before calling the model)
     "ContextWindowExceeded": frozenset({"tulip_nb.core", "tulip_nb.models"}),
-    # turn outcomes as logged vs the messy generator's injected outcomes
-    "OUTCOMES": frozenset({"tulip_nb.core.turns", "tulip_nb.testing"}),
-    # turn starts of a message list vs of a plan's units
-    "turn_starts": frozenset({"tulip_nb.core.turns", "tulip_nb.memory.conversation.plan"}),
 }
 
 

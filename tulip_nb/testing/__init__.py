@@ -58,7 +58,6 @@ from tulip_nb.testing._states import ODD_THREAD_IDS, full_state
 
 if TYPE_CHECKING:
     from tulip_nb.testing._messy import (
-        OUTCOMES,
         MessyFork,
         MessySpec,
         MessyThread,
@@ -81,7 +80,6 @@ __all__ = [
     "MessyThread",
     "MessyTurn",
     "ODD_THREAD_IDS",
-    "OUTCOMES",
     "Opener",
     "abuild_messy_corpus",
     "abuild_messy_thread",
@@ -100,7 +98,6 @@ _MESSY = (  # import the agent
     "MessySpec",
     "MessyThread",
     "MessyTurn",
-    "OUTCOMES",
     "abuild_messy_corpus",
     "abuild_messy_thread",
     "build_messy_corpus",

@@ -6,7 +6,7 @@ diff, simulator and corpus frames are tested on threads like that, and a test ne
 *should* be found. :func:`build_messy_thread` writes such a thread with the real
 :class:`~tulip_nb.agent.Agent` and a :class:`~tulip_nb.models.ScriptedModel` driven by a function,
 into any checkpointer, following a plan drawn from a seed; it returns the plan's ground truth, a
-:class:`MessyThread`: per turn how it ended (one of :data:`OUTCOMES`), where it starts, how many
+:class:`MessyThread`: per turn how it ended (one of :data:`~tulip_nb.core.turns.OUTCOMES`), where it starts, how many
 model calls and tool calls it made, which checkpoint ends it.
 
 Each turn's user message is ``"T<i>: ..."``; one turn in four states a fact (``"fact F12 =
@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING
 from tulip_nb._sync import sync_twin
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.messages import Message
+from tulip_nb.core.turns import OUTCOMES
 from tulip_nb.models import ScriptedModel, text
 from tulip_nb.testing._messy_plan import Planner
 from tulip_nb.testing._messy_run import Builder, Done, make_agent
@@ -83,7 +84,6 @@ if TYPE_CHECKING:
     from tulip_nb.models import Model
 
 __all__ = [
-    "OUTCOMES",
     "MessyFork",
     "MessySpec",
     "MessyThread",
@@ -97,8 +97,6 @@ __all__ = [
     "messy_specs",
 ]
 
-OUTCOMES: tuple[str, ...] = ("answered", "error", "context_exceeded", "max_iterations", "interrupted", "tulip")
-"""How a turn ends (ARCHITECTURE.md, decision 12), in this order everywhere."""
 
 SYSTEM_PROMPT = "You are an analyst. Use the tools; keep answers short."
 
@@ -112,7 +110,7 @@ class MessyTurn:
     index: int
     """0-based turn number in its thread."""
     outcome: str
-    """One of :data:`OUTCOMES`; an interrupt answered with ``resume`` is how the resume ended."""
+    """One of :data:`~tulip_nb.core.turns.OUTCOMES`; an interrupt answered with ``resume`` is how the resume ended."""
     start: int
     """Message index of the turn's user message."""
     end: int
@@ -199,7 +197,8 @@ class MessyThread:
         return tuple(f for t in self.turns for f in t.facts)
 
     def outcome_counts(self) -> dict[str, int]:
-        """``{outcome: number of turns}`` for every outcome of :data:`OUTCOMES` (zeros included)."""
+        """``{outcome: number of turns}`` for every outcome of :data:`~tulip_nb.core.turns.OUTCOMES`
+        (zeros included)."""
         counts = dict.fromkeys(OUTCOMES, 0)
         for t in self.turns:
             counts[t.outcome] += 1

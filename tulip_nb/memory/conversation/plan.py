@@ -37,7 +37,6 @@ __all__ = [
     "stub",
     "summary_message",
     "to_ranges",
-    "turn_starts",
     "units",
 ]
 
@@ -66,11 +65,6 @@ def units(messages: Sequence[Message], start: int = 0) -> Ranges:
         out.append((i, end))
         i = end
     return out
-
-
-def turn_starts(messages: Sequence[Message], unit_list: Ranges) -> list[int]:
-    """Indices of the units that open a turn (those starting with a user message)."""
-    return [k for k, (s, _) in enumerate(unit_list) if messages[s].role == "user"]
 
 
 def to_ranges(indices: Iterable[int]) -> Ranges:
@@ -110,7 +104,7 @@ class HistoryIndex:
 
     - ``counts[i]``: tokens of message ``i``; ``prefix[j]``: tokens of ``messages[:j]``;
     - ``units`` / ``starts``: :func:`units` of the body (after a leading system prompt);
-    - ``turns``: :func:`turn_starts` of those units;
+    - ``turns``: the indices of those units that open a turn (start with a user message);
     - ``calls_before(j)``: assistant messages in ``messages[:j]``; ``turn_of(u)``: the user message
       opening unit ``u``'s turn;
     - ``stub_prefix()``: like ``prefix`` with every tool result counted as its :func:`stub`.
