@@ -278,34 +278,6 @@ class CutEngine:
         )
 
 
-def _subtract(start: int, end: int, holes: Ranges) -> Ranges:
-    """``[start, end)`` without the sorted, disjoint ``holes``."""
-    out: Ranges = []
-    pos = start
-    for s, e in holes:
-        if e <= pos or s >= end:
-            continue
-        if s > pos:
-            out.append((pos, s))
-        pos = max(pos, e)
-    if pos < end:
-        out.append((pos, end))
-    return out
-
-
-def _merge(ranges: Ranges) -> Ranges:
-    """Join adjacent ranges: ``[(0, 3), (3, 5)]`` -> ``[(0, 5)]``."""
-    out: Ranges = []
-    for s, e in ranges:
-        if s == e:
-            continue
-        if out and out[-1][1] == s:
-            out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
-
-
 def subtract(start: int, end: int, holes: Ranges) -> Ranges:
     """``[start, end)`` without the sorted, disjoint ``holes``."""
     out: Ranges = []
