@@ -19,8 +19,8 @@ from collections.abc import Callable
 from bench.workload import build_conversation, build_state
 from tulip_nb.core import AgentState
 from tulip_nb.lab import diff_threads, open_thread, simulate_compaction
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.backends.file import FileCheckpointer
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import STATE_KEY, LLMCompactor, NullManager, SlidingWindowManager
 from tulip_nb.tokens import TokenCounter, get_counter
 

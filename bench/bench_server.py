@@ -141,7 +141,7 @@ def _drop_table(table: str) -> None:
 
 def _prepare_pg(url: str) -> None:
     from tulip_nb.core.state import AgentState
-    from tulip_nb.memory.urls import checkpointer_from_url
+    from tulip_nb.memory.backends import checkpointer_from_url
 
     async def warm() -> None:
         cp = checkpointer_from_url(url)

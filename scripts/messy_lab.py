@@ -18,7 +18,7 @@ import time
 
 
 def _open(store: str):  # type: ignore[no-untyped-def]
-    from tulip_nb.memory.urls import checkpointer_from_url
+    from tulip_nb.memory.backends import checkpointer_from_url
 
     return checkpointer_from_url(store if "://" in store else f"file:{store}")
 

@@ -17,7 +17,7 @@ Where the encoding comes from, in order (``counter.source`` says which one answe
    with a :class:`TokenEstimateWarning`. Never a silent guess.
 
 Messages never change once appended, so each message is counted once: the count is cached under
-the message object (an :class:`~tulip_nb.core.identity.IdentityCache`: by identity, guarded by a
+the message object (an :class:`~tulip_nb.core._identity.IdentityCache`: by identity, guarded by a
 weak reference, so the cache never keeps a message alive nor serves a reused id) and, one level
 down, under its cached JSON bytes (:meth:`tulip_nb.core.Message.json_bytes`), so equal messages
 share a count. A hit costs one dict lookup; counting a request before each model call then costs
@@ -46,9 +46,8 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from tulip_nb.core import IdentityCache, Message
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.identity import IdentityCache
-from tulip_nb.core.messages import Message
 
 __all__ = [
     "ENCODINGS",

@@ -15,8 +15,8 @@ import pytest
 from tests.conftest import require_service
 from tulip_nb.core import BackendUnavailable, CheckpointConflict, InvalidThreadId
 from tulip_nb.memory.backends import SQLHistoryCheckpointer
+from tulip_nb.memory.backends._adapters import StorageBackendAdapter
 from tulip_nb.memory.backends._kv import KVStore
-from tulip_nb.memory.backends.adapters import StorageBackendAdapter
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 from .conformance import full_state

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples, require_service
 from tulip_nb.core import AgentState, BackendUnavailable, Message
+from tulip_nb.memory.backends import checkpointer_from_url
 from tulip_nb.memory.backends._mysql_tls import greeting_offers_tls, server_offers_tls, tls_mode
-from tulip_nb.memory.urls import checkpointer_from_url
 
 from .factories.kv import drop_mysql_table
 

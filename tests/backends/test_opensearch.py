@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from tulip_nb.core import BackendUnavailable, CheckpointConflict
-from tulip_nb.memory.backends.adapters import StorageBackendAdapter
+from tulip_nb.memory.backends._adapters import StorageBackendAdapter
 
 from .conformance import full_state
 from .factories.opensearch import drop_index, new_index, opensearch_url, start_emulator, stop_emulator

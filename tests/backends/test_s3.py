@@ -23,7 +23,7 @@ pytestmark = pytest.mark.service("s3")  # moto's S3 server, started by the tests
 
 
 def _backend(bucket: str, **kwargs: Any) -> Any:
-    from tulip_nb.memory.backends.s3 import S3Backend
+    from tulip_nb.memory.backends._s3 import S3Backend
 
     return S3Backend(bucket, endpoint_url=moto_endpoint(), **S3_CREDENTIALS, **kwargs)
 
@@ -191,7 +191,7 @@ async def test_copy_rewrites_thread_id(s3: Any, raw: Any, bucket: str) -> None:
 
 
 async def test_outage_raises_backend_unavailable() -> None:
-    from tulip_nb.memory.backends.s3 import S3Backend
+    from tulip_nb.memory.backends._s3 import S3Backend
 
     cp = S3Backend(
         "nobucket", endpoint_url=f"http://127.0.0.1:{free_port()}", max_attempts=1, connect_timeout=1, **S3_CREDENTIALS

@@ -24,7 +24,7 @@ HISTORY = "tulip/checkpoints.history/"
 
 
 def _backend(bucket: str, **kwargs: Any) -> Any:
-    from tulip_nb.memory.backends.s3 import S3Backend
+    from tulip_nb.memory.backends._s3 import S3Backend
 
     return S3Backend(bucket, endpoint_url=moto_endpoint(), **S3_CREDENTIALS, **kwargs)
 

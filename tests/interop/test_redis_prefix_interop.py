@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import require_service
 from tulip_nb.core import AgentState, Message
-from tulip_nb.memory.urls import checkpointer_from_url
+from tulip_nb.memory.backends import checkpointer_from_url
 
 from ..backends.factories.kv import REDIS_URL, drop_redis_prefix
 from .test_kv_interop import as_tulip, close_tulip

@@ -33,7 +33,7 @@ from tulip_nb.core.calls import model_calls
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.keys import ITER_KEY, SOURCE_KEY
 from tulip_nb.core.turns import split_turns
-from tulip_nb.lab.thread import aopen_thread
+from tulip_nb.lab._thread import aopen_thread
 from tulip_nb.memory.backends import FileCheckpointer, SQLHistoryCheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 from tulip_nb.memory.conversation import SlidingWindowManager, model_views

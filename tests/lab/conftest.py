@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from tulip_nb.agent import Agent
-from tulip_nb.core.messages import Message
+from tulip_nb.core._messages import Message
 from tulip_nb.lab import Thread, open_thread
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.models import ScriptedModel, text, tool_call
 from tulip_nb.tools import Tool, tool

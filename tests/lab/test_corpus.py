@@ -31,7 +31,7 @@ from tulip_nb.lab import (
 from tulip_nb.lab._corpus_rows import ALL_SUMMARY_COLUMNS, SIMULATION_COLUMNS, SUMMARY_COLUMNS
 from tulip_nb.lab._executors import amap_threads
 from tulip_nb.memory.backends import FileCheckpointer
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor, SlidingWindowManager
 from tulip_nb.models import ScriptedModel, text, tool_call, tool_calls
 

@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tulip_nb.agent import Agent
+from tulip_nb.core._messages import Message, ToolCall
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab import open_thread, threads
 from tulip_nb.lab._corpus_sweep import COLUMNS, _divergence, sweep_corpus

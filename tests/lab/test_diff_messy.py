@@ -21,14 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import examples
+from tulip_nb.core._messages import Message, ToolCall
 from tulip_nb.core.calls import answered_by
 from tulip_nb.core.canonical import message_key
 from tulip_nb.core.fastload import messages_from_json
-from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import TURNS_KEY, split_turns
 from tulip_nb.lab import ThreadDiff, diff_threads, fork, open_thread
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 
 SYSTEM = "You are an analyst. Keep every fact."
 OUTCOMES = ("answered", "error", "context_exceeded", "max_iterations", "interrupted", "tulip")
@@ -350,7 +350,7 @@ def test_a_long_agent_thread_forked_with_another_system_prompt(change: str) -> N
     replies (call ids derive from the request, so they differ): one row, no divergence."""
     from tulip_nb.agent import Agent
     from tulip_nb.models import ScriptedModel, text, tool_call
-    from tulip_nb.models.base import ModelError
+    from tulip_nb.models._base import ModelError
     from tulip_nb.tools import tool
 
     @tool

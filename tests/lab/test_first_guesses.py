@@ -199,7 +199,7 @@ def test_legend_numbers_are_whole_and_the_axis_starts_at_zero(recorded: Recorded
 
 
 def test_token_budget_after_one_step_has_a_readable_axis() -> None:
-    from tulip_nb.memory.backends.memory import MemoryCheckpointer
+    from tulip_nb.memory.backends._memory import MemoryCheckpointer
 
     stepper = StepperController(make_stepping_agent(MemoryCheckpointer()), "Refund ord-4800?", thread_id="t")
     stepper.step()

@@ -13,16 +13,16 @@ import orjson
 import pytest
 
 from tulip_nb.agent import Agent
+from tulip_nb.core._messages import Message, ToolCall
 from tulip_nb.core.calls import answered_by, execution_position
 from tulip_nb.core.canonical import message_key
-from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab import Replay, diff_threads, export_threads, fork, open_thread
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.backends.file import FileCheckpointer
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint
 from tulip_nb.models import ReplayModel, ScriptedModel, text, tool_call, tool_calls
-from tulip_nb.models.base import ModelResponse, Usage
+from tulip_nb.models._base import ModelResponse, Usage
 from tulip_nb.tools import Tool, tool
 
 from .conftest import RaisingModel
@@ -393,7 +393,7 @@ def test_a_result_of_a_changed_call_is_labelled_as_such_not_as_another_call() ->
 
     from tulip_nb.core import AgentState, Message, ToolCall
     from tulip_nb.lab import diff_threads
-    from tulip_nb.memory.backends.memory import MemoryCheckpointer
+    from tulip_nb.memory.backends._memory import MemoryCheckpointer
 
     def thread(order: str, tool: str = "lookup") -> AgentState:
         return AgentState(

@@ -8,7 +8,7 @@ from tulip_nb.testing import keep_facts
 
 def test_a_summariser_recorded_under_the_old_messy_module_still_imports() -> None:
     # threads generated before issue 31 name the messy generator's old public module
-    assert import_summarizer({"module": "tulip_nb.testing.messy", "qualname": "keep_facts"}) is keep_facts
+    assert import_summarizer({"module": "tulip_nb.testing._messy", "qualname": "keep_facts"}) is keep_facts
 
 
 def test_a_summariser_is_recorded_where_it_imports_today() -> None:

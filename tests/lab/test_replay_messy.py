@@ -23,14 +23,14 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from tulip_nb.agent import Agent
+from tulip_nb.core._messages import Message, ToolCall
 from tulip_nb.core.calls import answered_by, calls_before
 from tulip_nb.core.errors import ContextWindowExceeded
-from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.turns import split_turns
 from tulip_nb.lab import Replay, Thread, fork, open_thread
 from tulip_nb.lab._replay import UNKNOWN_QUESTION, ReplayStep
 from tulip_nb.lab.controllers import PlayerController
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.models import ModelError, ScriptedModel, text, tool_call
 from tulip_nb.models.replay import ReplayedFailure, ReplayModel

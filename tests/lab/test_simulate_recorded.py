@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from tulip_nb.agent import Agent
+from tulip_nb.core._messages import Message
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.lab import Thread, open_thread, simulate_compaction, summarize_simulation
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor, NullManager
 from tulip_nb.memory.conversation import compaction_events, model_views
 from tulip_nb.models import ScriptedModel, text, tool_call

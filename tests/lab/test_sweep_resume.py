@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.conftest import examples
 from tulip_nb.core import Message
 from tulip_nb.lab import aopen_thread, asweep
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.models import ModelCache, ScriptedModel, cached, text
 from tulip_nb.testing import build_messy_thread, messy_specs
 

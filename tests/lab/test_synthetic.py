@@ -14,7 +14,7 @@ from tulip_nb.core.errors import UserError
 from tulip_nb.lab import build_corpus, corpus_facts, open_thread
 from tulip_nb.lab._synthetic import abuild_corpus
 from tulip_nb.memory.backends import FileCheckpointer
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.conversation import compaction_events
 
 N = 42  # reaches the first fork (14) and the case left pending on an interrupt (39)

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
+from tulip_nb.core._messages import Message
 from tulip_nb.core.errors import CheckpointNotFound, UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab import diff_threads, fork, open_thread, sweep, threads
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import model_view
 from tulip_nb.models import ScriptedModel
 from tulip_nb.tokens import get_counter

@@ -26,8 +26,8 @@ from tulip_nb.lab import (
     sweep,
 )
 from tulip_nb.lab._plots import to_png
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.backends.file import FileCheckpointer
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.models import ScriptedModel
 from tulip_nb.models.metadata import register_metadata
 from tulip_nb.tokens import TokenCounter

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.conftest import examples
 from tulip_nb.core import Message
 from tulip_nb.core.errors import UserError
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.models import ModelCache, ModelResponse, ScriptedModel, Usage, cached, request_key
 from tulip_nb.testing import build_messy_thread, messy_specs
 
@@ -162,7 +162,7 @@ def test_messy_answers_come_back_bit_for_bit(spec: Any, tmp_path_factory: pytest
 
 
 def _req(messages: list[Message]) -> dict[str, Any]:
-    from tulip_nb.models.cache import generic_request
+    from tulip_nb.models._cache import generic_request
 
     return generic_request(list(messages), [], {})
 

@@ -17,8 +17,8 @@ from tulip_nb.agent import Agent, NullManager, tool
 from tulip_nb.core import Message
 from tulip_nb.lab import Thread, aopen_thread, asweep, open_corpus
 from tulip_nb.lab._corpus_sweep import asweep_corpus
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.backends.file import FileCheckpointer
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.models import Budget, ModelCache, Price, ScriptedModel, text, tool_call
 
 PRICE = Price(input=0.15, output=0.60, cached_input=0.075)

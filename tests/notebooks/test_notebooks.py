@@ -83,7 +83,7 @@ def test_notebooks_run_with_nbval_and_export_for_real() -> None:
 
 def _threads_at(url: str, env: dict[str, str]) -> list[str]:
     from tulip_nb.agent import run_sync
-    from tulip_nb.memory.urls import checkpointer_from_url
+    from tulip_nb.memory.backends import checkpointer_from_url
 
     async def read() -> list[str]:
         cp = checkpointer_from_url(url, **_s3_options(url, env))

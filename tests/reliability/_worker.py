@@ -14,7 +14,7 @@ from typing import Any
 
 from tulip_nb.core import AgentState, Message
 from tulip_nb.core.errors import CheckpointConflict
-from tulip_nb.memory.urls import checkpointer_from_url
+from tulip_nb.memory.backends import checkpointer_from_url
 
 KEEP = 60  # messages kept per state: the thread slides instead of growing without bound
 
@@ -104,7 +104,7 @@ TOTAL_EFFECTS = 12
 
 def _model_reply(messages: list[Message]) -> Message:
     """Call ``effect(i)`` for the next i, re-asking for ``i - 1`` too (an idempotent repeat)."""
-    from tulip_nb.core.messages import ToolCall
+    from tulip_nb.core._messages import ToolCall
 
     done = sum(1 for m in messages if m.role == "tool")
     i = len([m for m in messages if m.role == "assistant" and m.tool_calls])

@@ -72,7 +72,7 @@ def forkserver() -> Any:
             [
                 "tests.reliability._worker",
                 "tulip_nb.memory.backends.file",
-                "tulip_nb.memory.backends.s3",
+                "tulip_nb.memory.backends._s3",
                 "tulip_nb.memory.backends.redis",
                 "tulip_nb.memory.backends._postgresql",
                 "tulip_nb.memory.backends._mysql",

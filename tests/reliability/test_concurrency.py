@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.reliability import _worker
+from tulip_nb.memory.backends import checkpointer_from_url
 from tulip_nb.memory.integrity import verify_thread
-from tulip_nb.memory.urls import checkpointer_from_url
 
 from .conftest import ITERATIONS, drop_table, forkserver, record_figure, shared_url
 

@@ -20,10 +20,9 @@ import pytest
 
 from tulip_nb.core import AgentState, Message
 from tulip_nb.core.errors import BackendUnavailable
-from tulip_nb.memory.backends import FileCheckpointer
+from tulip_nb.memory.backends import FileCheckpointer, checkpointer_from_url
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 from tulip_nb.memory.integrity import verify_thread
-from tulip_nb.memory.urls import checkpointer_from_url
 
 from .conftest import ITERATIONS, RedisServer, pg_restart, pg_stop, record_figure
 
@@ -112,7 +111,7 @@ async def test_postgresql_outage(private_pg: Any) -> None:
 async def test_s3_outage(private_moto: Any) -> None:
     """moto keeps nothing across a restart: the error and the recovery of the client are checked."""
     from tests.backends.factories.remote import S3_CREDENTIALS
-    from tulip_nb.memory.backends.s3 import S3Backend
+    from tulip_nb.memory.backends._s3 import S3Backend
 
     cp = S3Backend("faults", endpoint_url=private_moto.endpoint, max_attempts=1, connect_timeout=1, **S3_CREDENTIALS)
     try:

@@ -21,10 +21,9 @@ from hypothesis import strategies as st
 from tests.conftest import examples
 from tulip_nb.core import AgentState, Message
 from tulip_nb.core.errors import CheckpointCorrupt, TulipNBError
-from tulip_nb.memory.backends import FileCheckpointer
+from tulip_nb.memory.backends import FileCheckpointer, checkpointer_from_url
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 from tulip_nb.memory.integrity import verify_thread
-from tulip_nb.memory.urls import checkpointer_from_url
 
 from .conftest import drop_table, record_figure, shared_url
 
@@ -63,7 +62,7 @@ HOSTILE_IDS = [
 async def backend(kind: str, tmp_path: Path, redis_url: str) -> AsyncIterator[tuple[BaseCheckpointer, str]]:
     if kind == "s3":
         from tests.backends.factories.remote import S3_CREDENTIALS, moto_endpoint, new_bucket
-        from tulip_nb.memory.backends.s3 import S3Backend
+        from tulip_nb.memory.backends._s3 import S3Backend
 
         cp: BaseCheckpointer = S3Backend(new_bucket(), endpoint_url=moto_endpoint(), **S3_CREDENTIALS)
         url = ""
@@ -381,7 +380,7 @@ async def test_regression_checkpoint_app_non_object_bodies_are_400(tmp_path: Pat
 async def test_regression_s3_write_answered_404_is_not_a_success() -> None:
     """moto answers 404 to a PUT whose key holds a newline: the save must not vanish."""
     from tests.backends.factories.remote import S3_CREDENTIALS, moto_endpoint, new_bucket
-    from tulip_nb.memory.backends.s3 import S3Backend
+    from tulip_nb.memory.backends._s3 import S3Backend
 
     cp = S3Backend(new_bucket(), endpoint_url=moto_endpoint(), **S3_CREDENTIALS)
     try:

@@ -15,13 +15,12 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from tulip_nb.core import AgentState, Message
-from tulip_nb.core.messages import ToolCall
+from tulip_nb.core._messages import ToolCall
 from tulip_nb.core.state import MessageBlobCache, messages_digest
-from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
+from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer, checkpointer_from_url
 from tulip_nb.memory.checkpointer import BaseCheckpointer, CheckpointInfo
 from tulip_nb.memory.history import Rewrite
 from tulip_nb.memory.integrity import HASH_KEY, PARENT_HASH_KEY, recompute_hash, verify_thread
-from tulip_nb.memory.urls import checkpointer_from_url
 
 from .conftest import drop_table, shared_url
 
@@ -35,7 +34,7 @@ async def backend(kind: str, tmp_path: Path, redis_url: str, **kwargs: Any) -> A
     }.get(kind) or (shared_url(kind) if kind != "s3" else "")
     if kind == "s3":
         from tests.backends.factories.remote import S3_CREDENTIALS, moto_endpoint, new_bucket
-        from tulip_nb.memory.backends.s3 import S3Backend
+        from tulip_nb.memory.backends._s3 import S3Backend
 
         kwargs.setdefault("sign", True)  # signing is opt-in on the history model (issues 26, 27)
         cp: BaseCheckpointer = S3Backend(new_bucket(), endpoint_url=moto_endpoint(), **S3_CREDENTIALS, **kwargs)

@@ -25,10 +25,9 @@ from tulip_nb.core import AgentState, Message
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.keys import ALG_KEY, CREATED_AT_KEY, HASH_KEY, MESSAGES_KEY, PARENT_HASH_KEY, SEQ_KEY
 from tulip_nb.memory.audit import AuditTrail
-from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
+from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer, checkpointer_from_url
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo
 from tulip_nb.memory.integrity import FAILURES, Anchor, verify_thread
-from tulip_nb.memory.urls import checkpointer_from_url
 from tulip_nb.models.scripted import ScriptedModel
 
 from .conftest import drop_table, shared_url

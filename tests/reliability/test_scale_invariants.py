@@ -35,11 +35,11 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from tulip_nb import Agent, tool
+from tulip_nb.core._messages import Message, ToolCall
 from tulip_nb.core.calls import answered_by, results_of
 from tulip_nb.core.errors import ContextWindowExceeded
-from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.lab import Replay, open_thread, simulate_compaction
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import (
     LLMCompactor,
     NullManager,

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from tulip_nb.core.errors import UserError
-from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
-from tulip_nb.memory.urls import checkpointer_from_url
+from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer, checkpointer_from_url
 
 ACCEPTED_NAMES = ("file:", "memory:", "s3://", "redis://", "rediss://", "postgresql://", "mysql://", "http(s)://")
 

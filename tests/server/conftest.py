@@ -14,7 +14,7 @@ skip_without("starlette", "httpx", extra="server")
 import httpx  # noqa: E402
 
 from tulip_nb.agent import Agent  # noqa: E402
-from tulip_nb.core.messages import Message  # noqa: E402
+from tulip_nb.core._messages import Message  # noqa: E402
 from tulip_nb.models import ScriptedModel, text, tool_call  # noqa: E402
 from tulip_nb.server import AgentServer  # noqa: E402
 from tulip_nb.tools import Interrupt  # noqa: E402

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from tulip_nb.agent import Agent, NullManager
-from tulip_nb.core.messages import Message
+from tulip_nb.core._messages import Message
 from tulip_nb.models import ScriptedModel, text
 
 

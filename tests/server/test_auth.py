@@ -11,7 +11,7 @@ import pytest
 
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.principals import principal_for_api_key
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.server import AgentServer
 from tulip_nb.server._auth import ApiKeys
 

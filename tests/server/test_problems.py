@@ -18,7 +18,7 @@ from tulip_nb.core.errors import (
     UserError,
     problem_from,
 )
-from tulip_nb.models.base import ModelError
+from tulip_nb.models._base import ModelError
 from tulip_nb.server._agent_server import _problem_for
 from tulip_nb.server._checkpoints import _from_exception
 

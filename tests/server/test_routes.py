@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.server import AgentServer
 
 from .conftest import make_agent

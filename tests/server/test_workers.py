@@ -26,7 +26,7 @@ async def pg_url() -> AsyncIterator[str]:
     import asyncpg
 
     from tulip_nb.core.state import AgentState
-    from tulip_nb.memory.urls import checkpointer_from_url
+    from tulip_nb.memory.backends import checkpointer_from_url
 
     table = f"tnb_srv_{uuid.uuid4().hex[:12]}"
     url = f"{PG}?table_name={table}"

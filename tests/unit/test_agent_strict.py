@@ -8,7 +8,7 @@ import pytest
 
 from tulip_nb.agent import Agent
 from tulip_nb.core.errors import CheckpointConflict
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.models import ScriptedModel, text
 
 

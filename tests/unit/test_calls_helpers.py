@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tulip_nb.core._messages import Message
 from tulip_nb.core.calls import calls_before, last_model_call, model_call_count, model_call_index, model_calls
-from tulip_nb.core.messages import Message
 from tulip_nb.memory.conversation.events import model_view
 
 ROLES = ("system", "user", "assistant", "tool")

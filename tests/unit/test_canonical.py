@@ -18,9 +18,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tulip_nb.core._messages import Message
 from tulip_nb.core.canonical import canonical_json, message_key, message_value, same_message, written_json
 from tulip_nb.core.fastload import messages_from_json
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, message_digest
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
 from tulip_nb.testing import MessySpec, build_messy_thread

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from tulip_nb.core import UserError
-from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer
-from tulip_nb.memory.urls import checkpointer_from_url
+from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer, checkpointer_from_url
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.conftest import examples
 from tests.lab.test_diff_messy import SYSTEM, TurnSpec, build, respelled, turn_specs
 from tulip_nb.cli import main
-from tulip_nb.core.messages import Message
+from tulip_nb.core._messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab import diff_threads, fork, open_thread
 from tulip_nb.memory.backends.file import FileCheckpointer

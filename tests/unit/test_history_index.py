@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tulip_nb.core.messages import Message, ToolCall
+from tulip_nb.core._messages import Message, ToolCall
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.memory.conversation.events import EVENTS_KEY, model_view

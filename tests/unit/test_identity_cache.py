@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tulip_nb.core import IdentityCache
-from tulip_nb.core.messages import Message
+from tulip_nb.core._messages import Message
 from tulip_nb.memory.conversation.plan import stub
 from tulip_nb.tokens import FunctionCounter
 

@@ -17,8 +17,8 @@ import pytest
 
 from tulip_nb.core import AgentState, Message, ToolCall
 from tulip_nb.core._frozen import FrozenDict, FrozenList, ReadOnlyError
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.backends.file import FileCheckpointer
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
 from tulip_nb.memory.integrity import verify_thread
 
 

@@ -11,7 +11,7 @@
 4. No import cycles among our modules. Here too every import counts, wherever it is (a cycle hidden
    behind ``TYPE_CHECKING`` or a function-level import is still a cycle of ideas), with one
    exception: the imports between a package and its own descendants (``tulip_nb/lab/__init__.py``
-   re-exporting from ``tulip_nb.lab.thread``, or ``tulip_nb.lab.thread`` naming ``tulip_nb.lab``):
+   re-exporting from ``tulip_nb.lab._thread``, or ``tulip_nb.lab._thread`` naming ``tulip_nb.lab``):
    a package ``__init__`` only re-exports its submodules (eagerly, lazily through
    :mod:`tulip_nb._lazy`, or under ``if TYPE_CHECKING:`` for type checkers), so those edges are
    left out of the graph. Lazy-map strings (``".thread"``) are not imports at all. Its imports of
@@ -196,7 +196,7 @@ def test_the_cycle_finder_sees_cycles() -> None:
     assert _cycles({"x": {"y"}, "y": set()}) == set()
     # a package re-exporting its submodule, which names the package back, is no cycle
     graph = _import_graph()
-    assert "tulip_nb.lab.thread" not in graph["tulip_nb.lab"]
+    assert "tulip_nb.lab._thread" not in graph["tulip_nb.lab"]
 
 
 def test_the_checker_sees_violations() -> None:

@@ -252,7 +252,7 @@ def test_spec_errors_name_the_field(kwargs: dict, match: str) -> None:  # type: 
 
 
 def test_keep_facts_keeps_every_fact_once() -> None:
-    from tulip_nb.core.messages import Message
+    from tulip_nb.core._messages import Message
 
     summary = keep_facts([Message.user("fact F1 = 10"), Message.tool("fact F2 = 20", tool_call_id="c")], None)
     assert summary == "Facts: fact F1 = 10; fact F2 = 20."

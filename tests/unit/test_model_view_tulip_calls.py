@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from tulip_nb.agent import Agent, run_sync, tool
+from tulip_nb.core._messages import Message, ToolCall
 from tulip_nb.core.calls import model_calls
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.keys import ITER_KEY, RUN_KEY, SOURCE_KEY, TURNS_KEY
-from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab import open_thread
 from tulip_nb.memory.backends import FileCheckpointer, MemoryCheckpointer

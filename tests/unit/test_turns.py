@@ -16,7 +16,7 @@ from tulip_nb.core.errors import CheckpointNotFound, ContextWindowExceeded, User
 from tulip_nb.core.keys import RUN_KEY, TURNS_KEY
 from tulip_nb.core.turns import split_turns, turn_log_for_prefix
 from tulip_nb.lab import fork, open_corpus, open_thread
-from tulip_nb.lab.controllers.panels import PlayerController
+from tulip_nb.lab.controllers._panels import PlayerController
 from tulip_nb.memory.backends import MemoryCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.models import ModelError, ScriptedModel, text, tool_call

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from tests.conftest import examples
 from tulip_nb.agent import Agent
 from tulip_nb.cli import main
-from tulip_nb.core.messages import Message
+from tulip_nb.core._messages import Message
 from tulip_nb.memory.backends import FileCheckpointer
 from tulip_nb.models import ScriptedModel, text
 
@@ -175,16 +175,16 @@ def cli(*args: str, layout: str | None = "history") -> tuple[int, str, str]:
 
     ``layout``: the file store's layout a directory URL opens with (None: the default).
     """
-    from tulip_nb.memory import urls
+    from tulip_nb.memory import backends
 
-    real = urls.checkpointer_from_url
+    real = backends.checkpointer_from_url
 
     def opened(url: str, **kw: Any) -> Any:
         return FileCheckpointer(url, layout=layout, **kw) if layout is not None else real(url, **kw)
 
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        mp.setattr(urls, "checkpointer_from_url", opened)
+        mp.setattr(backends, "checkpointer_from_url", opened)
         try:
             code = main(list(args))
         except SystemExit as e:

@@ -35,7 +35,7 @@ from tulip_nb.memory.compactor import (
     model_views,
 )
 from tulip_nb.models import ModelHTTPError, ScriptedModel, text
-from tulip_nb.models import base as models_base
+from tulip_nb.models import _base as models_base
 from tulip_nb.tokens import REPLY_PRIMING, get_counter
 
 

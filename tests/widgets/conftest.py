@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tulip_nb.agent import Agent
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.models import ScriptedModel
 

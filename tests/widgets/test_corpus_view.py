@@ -9,7 +9,7 @@ import pytest
 
 from tulip_nb.lab._synthetic import build_corpus, corpus_facts
 from tulip_nb.lab.corpus import Corpus, open_corpus
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.memory.managers import SlidingWindowManager
 from tulip_nb.widgets import CorpusView, ReplayPlayer

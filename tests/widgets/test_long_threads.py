@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from tulip_nb.agent import Agent
-from tulip_nb.core.messages import Message
+from tulip_nb.core._messages import Message
 from tulip_nb.lab import Thread, fork, open_thread
 from tulip_nb.lab.controllers import PlayerController, TunerController
-from tulip_nb.lab.controllers.panels import plan_at
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.lab.controllers._panels import plan_at
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.models import ScriptedModel, text, tool_call
 from tulip_nb.tools import tool
@@ -210,7 +210,7 @@ def test_thread_browser_over_a_corpus_is_bounded() -> None:
 
     from tulip_nb.core import AgentState
     from tulip_nb.lab.controllers import BrowserController
-    from tulip_nb.lab.controllers.panels import BROWSER_ROWS
+    from tulip_nb.lab.controllers._panels import BROWSER_ROWS
 
     cp = MemoryCheckpointer()
 

@@ -14,7 +14,7 @@ from tulip_nb.core.errors import UserError
 from tulip_nb.lab import Thread, open_thread, plot_token_usage, simulate_compaction, summarize_simulation
 from tulip_nb.lab._plots import OVER_GID
 from tulip_nb.lab.controllers import BudgetController, TunerController
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.memory.managers import NullManager, SlidingWindowManager
 from tulip_nb.models import ScriptedModel
@@ -201,7 +201,7 @@ def test_saved_thread_usage_knows_its_managers_window() -> None:
     """A thread run with a token-aware manager carries its window: ``Thread.usage`` marks calls."""
     from tulip_nb import Agent
     from tulip_nb.lab import open_thread
-    from tulip_nb.memory.backends.memory import MemoryCheckpointer
+    from tulip_nb.memory.backends._memory import MemoryCheckpointer
     from tulip_nb.memory.compactor import LLMCompactor
     from tulip_nb.models import ScriptedModel, text
 

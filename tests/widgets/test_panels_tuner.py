@@ -10,7 +10,7 @@ import pytest
 from tulip_nb.agent import Agent
 from tulip_nb.lab import fork, open_thread
 from tulip_nb.lab.controllers import TunerController
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.widgets import CompactionTuner, ExportPanel, ReplayPlayer, ThreadBrowser, ThreadDiffView, TokenBudget
 
 from ..lab.conftest import RaisingModel, lookup_order, manager

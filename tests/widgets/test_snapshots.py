@@ -12,7 +12,7 @@ import pytest
 from tests.lab.hostile_threads import HOSTILE_ID, PAYLOADS, build_hostile_thread
 from tests.lab.page_parse import Elements
 from tulip_nb.lab import open_thread
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.testing import MessySpec, build_messy_thread
 from tulip_nb.widgets import CompactionTuner, ReplayPlayer, ThreadBrowser, ThreadDiffView, TokenBudget
 

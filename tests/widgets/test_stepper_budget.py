@@ -12,7 +12,7 @@ from tulip_nb.agent import Agent
 from tulip_nb.core.errors import UserError
 from tulip_nb.lab import open_thread
 from tulip_nb.lab.controllers import StepperController
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.widgets import Stepper, TokenBudget
 
 PROMPT = "Please check ord-4821 for the customer."

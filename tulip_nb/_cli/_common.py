@@ -25,7 +25,7 @@ def with_checkpointer(url: str, work: Callable[[Any], Awaitable[T]]) -> T:
 
     A directory store must exist already: every command that opens one this way reads it.
     """
-    from tulip_nb.memory.urls import checkpointer_from_url
+    from tulip_nb.memory.backends import checkpointer_from_url
 
     async def main() -> T:
         cp = checkpointer_from_url(url)

@@ -54,7 +54,7 @@ def parse_age(text: str) -> timedelta:
 
 
 def _open(path: str) -> Any:
-    from tulip_nb.models.cache import ModelCache
+    from tulip_nb.models import ModelCache
 
     if not Path(path).is_file():
         raise UserError("no such cache file", path=path)

@@ -75,8 +75,8 @@ def _context(text: str) -> int:
 def _lab_diff() -> Any:
     """``(aopen_thread, adiff_threads)`` from tulip_nb.lab, or None (not built, or not importable)."""
     try:
+        from tulip_nb.lab import aopen_thread
         from tulip_nb.lab.diff import adiff_threads
-        from tulip_nb.lab.thread import aopen_thread
     except ImportError:
         return None
     return aopen_thread, adiff_threads

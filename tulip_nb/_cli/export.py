@@ -62,7 +62,7 @@ def _check_source(source: str) -> None:
     if source.startswith(("tulip-pg://", "postgresql+tulip://")):
         return
     from tulip_nb._cli._common import require_existing
-    from tulip_nb.memory.urls import checkpointer_from_url
+    from tulip_nb.memory.backends import checkpointer_from_url
 
     cp = checkpointer_from_url(source)  # builds; connects to nothing
     try:
@@ -84,7 +84,7 @@ async def _open_dest(url: str, layout: str | None) -> tuple[Any, bool]:
     if layout is None:
         return url, False
     from tulip_nb.core.errors import UserError
-    from tulip_nb.memory.urls import checkpointer_from_url
+    from tulip_nb.memory.backends import checkpointer_from_url
 
     probe = checkpointer_from_url(url)
     has_layout = hasattr(probe, "layout")

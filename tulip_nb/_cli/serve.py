@@ -111,7 +111,7 @@ def build_app() -> Any:
     url = os.environ.get(_ENV_CP)
     checkpointer = None
     if url:
-        from tulip_nb.memory.urls import checkpointer_from_url
+        from tulip_nb.memory.backends import checkpointer_from_url
 
         checkpointer = checkpointer_from_url(url)
         agent.checkpointer = checkpointer
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         )
     load_agent(args.app)  # fail here, with one line, rather than in every worker
     if args.checkpointer:
-        from tulip_nb.memory.urls import checkpointer_from_url
+        from tulip_nb.memory.backends import checkpointer_from_url
 
         checkpointer_from_url(args.checkpointer)  # validate the URL (nothing is opened yet)
     try:

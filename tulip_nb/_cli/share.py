@@ -68,9 +68,9 @@ def _default_output(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tulip_nb.lab import aopen_thread
     from tulip_nb.lab.diff import adiff_threads
     from tulip_nb.lab.share import diff_html, thread_html, write_html
-    from tulip_nb.lab.thread import aopen_thread
 
     if args.max_chars < 1:
         raise ValueError("--max-chars must be 1 or more")

@@ -18,8 +18,8 @@ from __future__ import annotations
 from tulip_nb._sync import run_sync
 from tulip_nb.agent._agent import Agent, AgentBase
 from tulip_nb.agent._errors import AgentError, NotACheckpointer, NothingToResume, ResumeNeedsResponse
+from tulip_nb.agent._result import AgentResult, PendingInterrupt, Step, StopReason
 from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, Hooks, IterationDone, ModelCall, ToolCalled
-from tulip_nb.agent.result import AgentResult, PendingInterrupt, Step, StopReason
 from tulip_nb.memory.conversation.base import ConversationManager
 from tulip_nb.memory.conversation.base import NullConversationManager as NullConversationManager
 from tulip_nb.memory.conversation.base import NullManager as NullManager

@@ -43,14 +43,13 @@ from tulip_nb._sync import sync_twin
 from tulip_nb.agent._checks import check_checkpointer
 from tulip_nb.agent._errors import NothingToResume, ResumeNeedsResponse
 from tulip_nb.agent._loop import TurnRunner, snapshot
+from tulip_nb.agent._result import AgentResult, Step
 from tulip_nb.agent._turn import coerce_messages, pending_calls, run_info, start_turn
 from tulip_nb.agent.events import CheckpointLoaded, CheckpointSaved, check_hooks, emit
-from tulip_nb.agent.result import AgentResult, Step
-from tulip_nb.core import utcnow
+from tulip_nb.core import Message, utcnow
 from tulip_nb.core.calls import last_model_call
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
 from tulip_nb.core.keys import COUNTS_KEY, STATE_KEY
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory.checkpointer import Checkpoint, validate_thread_id
 from tulip_nb.memory.conversation.base import ConversationManager

@@ -10,7 +10,7 @@
     └── AgentError                 the run itself failed (the cause is chained)
 
 Tool failures never raise: they become error results the model reads. Model failures raise
-:class:`~tulip_nb.models.base.ModelError` after the thread is saved with the error in ``errors``.
+:class:`~tulip_nb.models._base.ModelError` after the thread is saved with the error in ``errors``.
 """
 
 from __future__ import annotations

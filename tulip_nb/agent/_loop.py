@@ -23,6 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tulip_nb.agent._errors import ResumeNeedsResponse
+from tulip_nb.agent._result import PendingInterrupt, Step, StopReason
 from tulip_nb.agent._turn import (
     ITER_KEY,
     RUN_KEY,
@@ -43,21 +44,19 @@ from tulip_nb.agent.events import (
     ToolCalled,
     emit,
 )
-from tulip_nb.agent.result import PendingInterrupt, Step, StopReason
-from tulip_nb.core import utcnow
+from tulip_nb.core import Message, ToolCall, utcnow
 from tulip_nb.core.keys import COUNTS_KEY, ITERATION_KEY, RUN_ID_KEY, SOURCE_KEY, STATE_KEY
-from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import AgentState, ReasoningStep, ToolExecution
 from tulip_nb.core.turns import outcome_for, record_turn
 from tulip_nb.memory.checkpointer import new_checkpoint_id
 from tulip_nb.memory.counts import Lineage, save_counts
-from tulip_nb.models.base import ContextWindowExceeded, ModelError, Usage
+from tulip_nb.models import ContextWindowExceeded, ModelError, Usage
 from tulip_nb.tools import Interrupt, ToolArgumentsInvalid, ToolNotFound
 
 if TYPE_CHECKING:
     from tulip_nb.memory.checkpointer import BaseCheckpointer
     from tulip_nb.memory.conversation.base import ConversationManager
-    from tulip_nb.models.base import Model
+    from tulip_nb.models import Model
     from tulip_nb.tools import Tool
 
 __all__ = ["TurnHost", "TurnRunner", "snapshot"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core import utcnow
+from tulip_nb.core import Message, utcnow
 from tulip_nb.core.calls import (
     POSITION_KEY,
     CallRef,
@@ -21,7 +21,6 @@ from tulip_nb.core.calls import (
     unanswered_calls,
 )
 from tulip_nb.core.keys import ITER_KEY, RUN_KEY
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
 from tulip_nb.core.turns import record_turn
 

@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from tulip_nb.core import Message, ToolCall
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message, ToolCall
 from tulip_nb.core.state import ToolExecution
-from tulip_nb.models.base import Usage
+from tulip_nb.models import Usage
 
 __all__ = ["HOOK_NAMES", "HookName", "InterruptAnswered", "InterruptRaised", "check_hooks", "emit"]
 

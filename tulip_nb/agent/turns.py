@@ -8,7 +8,7 @@ machinery the agent does, so a replayed or branched turn follows exactly the age
 - :func:`start_turn` -- the state a new turn starts from (history kept, per-turn fields reset,
   the new user message appended, :data:`RUN_KEY` set to ``running``);
 - :class:`TurnRunner` -- owns that working state; ``await runner.iteration()`` makes one model
-  call and runs the tools it asked for, returning a :class:`~tulip_nb.agent.result.Step`
+  call and runs the tools it asked for, returning a :class:`~tulip_nb.agent._result.Step`
   (``None`` once the turn is over; ``runner.stop_reason`` says why);
 - :func:`snapshot` -- an independent copy of a state (to branch from it without sharing lists);
 - :func:`canonical_args` -- the bytes two tool calls' arguments must share to be "the same call".

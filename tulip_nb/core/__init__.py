@@ -1,9 +1,11 @@
 """tulip_nb.core: the data model (messages, AgentState), the persisted metadata keys (:mod:`tulip_nb.core.keys`), the
 error tree, and the rules every layer shares: tool-call and model-call positions (:mod:`tulip_nb.core.calls`) and
-per-object caches (:class:`~tulip_nb.core.identity.IdentityCache`). No I/O."""
+per-object caches (:class:`~tulip_nb.core._identity.IdentityCache`). No I/O."""
 
 from __future__ import annotations
 
+from tulip_nb.core._identity import IdentityCache
+from tulip_nb.core._messages import Message, Role, ToolCall
 from tulip_nb.core._time import AwareDatetime, ensure_aware, iso_offset, parse_datetime, utcnow
 from tulip_nb.core.errors import (
     BackendUnavailable,
@@ -18,8 +20,6 @@ from tulip_nb.core.errors import (
     TulipNBError,
     UserError,
 )
-from tulip_nb.core.identity import IdentityCache
-from tulip_nb.core.messages import Message, Role, ToolCall
 from tulip_nb.core.state import (
     AgentState,
     MessageBlobCache,

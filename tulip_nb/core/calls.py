@@ -15,7 +15,7 @@ message in ``state.messages`` and the index ``k`` of the call in its ``tool_call
 
 The ids are kept and sent back to the provider exactly as it issued them; they only break ties.
 
->>> from tulip_nb.core.messages import Message, ToolCall
+>>> from tulip_nb.core import Message, ToolCall
 >>> call = lambda: Message.assistant(None, [ToolCall(id="call_0", name="get", arguments={})])
 >>> msgs = [Message.user("a"), call(), Message.tool("r1", tool_call_id="call_0"),
 ...         Message.user("b"), call(), Message.tool("r2", tool_call_id="call_0")]
@@ -38,8 +38,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tulip_nb.core._messages import Message
 from tulip_nb.core.keys import POSITION_KEY as POSITION_KEY
-from tulip_nb.core.messages import Message
 
 if TYPE_CHECKING:
     from tulip_nb.core.state import ToolExecution
@@ -69,7 +69,7 @@ CallRef = tuple[int, int]
 def model_calls(messages: Sequence[Message]) -> list[int]:
     """Indices of the assistant messages of ``messages``: one per model call, in order.
 
-    >>> from tulip_nb.core.messages import Message
+    >>> from tulip_nb.core import Message
     >>> model_calls([Message.system("s"), Message.user("a"), Message.assistant("b"), Message.assistant("c")])
     [2, 3]
     """
@@ -79,7 +79,7 @@ def model_calls(messages: Sequence[Message]) -> list[int]:
 def model_call_count(messages: Sequence[Message]) -> int:
     """How many model calls (assistant messages) ``messages`` records.
 
-    >>> from tulip_nb.core.messages import Message
+    >>> from tulip_nb.core import Message
     >>> model_call_count([Message.user("a"), Message.assistant("b")]), model_call_count([])
     (1, 0)
     """
@@ -92,7 +92,7 @@ def model_call_index(messages: Sequence[Message], k: int) -> int:
 
     Raises :class:`IndexError` naming ``k`` and the number of calls when there is no call ``k``.
 
-    >>> from tulip_nb.core.messages import Message
+    >>> from tulip_nb.core import Message
     >>> msgs = [Message.user("a"), Message.assistant("b"), Message.user("c"), Message.assistant("d")]
     >>> model_call_index(msgs, 0), model_call_index(msgs, 1), model_call_index(msgs, -2)
     (1, 3, 1)
@@ -122,7 +122,7 @@ def calls_before(messages: Sequence[Message], j: int) -> int:
     """Model calls made before message ``j``: the assistant messages in ``messages[:j]`` (so the
     number of the call that message ``j`` is, when it is an assistant message).
 
-    >>> from tulip_nb.core.messages import Message
+    >>> from tulip_nb.core import Message
     >>> msgs = [Message.user("a"), Message.assistant("b"), Message.user("c"), Message.assistant("d")]
     >>> [calls_before(msgs, j) for j in range(len(msgs) + 1)]
     [0, 0, 1, 1, 2]
@@ -134,7 +134,7 @@ def last_model_call(messages: Sequence[Message], end: int | None = None) -> int 
     """Index of the last assistant message of ``messages[:end]`` (the latest model call), or
     ``None`` when there is none. Scans from the end, so it costs what follows that message.
 
-    >>> from tulip_nb.core.messages import Message
+    >>> from tulip_nb.core import Message
     >>> msgs = [Message.user("a"), Message.assistant("b"), Message.user("c")]
     >>> last_model_call(msgs), last_model_call(msgs, 1)
     (1, None)

@@ -23,7 +23,7 @@ It is a refinement of the canonical form: equal digests mean equal keys, never t
 respelled copy is the same message, and a different chain). No store of ours respells numbers
 (each keeps a signed chain verifiable), so a copy verifies under both.
 
->>> from tulip_nb.core.messages import ToolCall
+>>> from tulip_nb.core import ToolCall
 >>> one = Message.assistant(None, [ToolCall(id="call_1", name="get", arguments={"b": 1.0, "a": 2})])
 >>> two = Message.assistant(None, [ToolCall(id="call_1", name="get", arguments={"a": 2, "b": 1})])
 >>> canonical_json(one.tool_calls[0].arguments), same_message(one, two), written_json(one) == written_json(two)
@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from tulip_nb.core._frozen import FrozenDict, FrozenList
-from tulip_nb.core.messages import Message, ToolCall
+from tulip_nb.core._messages import Message, ToolCall
 
 __all__ = [
     "canonical_json",

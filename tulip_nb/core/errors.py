@@ -167,7 +167,7 @@ class ContextWindowExceeded(TulipNBError):
     - ``window``: the limit it had to meet (the context length, or less after an overflow report);
     - ``largest``: the largest message of that view, ``(index in the thread, role, tokens)``.
 
-    The provider's own report of an overflow (:class:`tulip_nb.models.base.ContextWindowExceeded`)
+    The provider's own report of an overflow (:class:`tulip_nb.models._base.ContextWindowExceeded`)
     is a subclass, so ``except ContextWindowExceeded`` (this class) catches both; any of the three
     may then be ``None`` (the provider did not say).
     """

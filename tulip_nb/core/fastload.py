@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import InitErrorDetails
 
-from tulip_nb.core.messages import _JSON_RAW, Message
+from tulip_nb.core._messages import _JSON_RAW, Message
 
 __all__ = ["gc_paused", "messages_from_json"]
 

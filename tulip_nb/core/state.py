@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tulip_nb.core._messages import DIGEST_CACHE, Message, ToolCall
 from tulip_nb.core._time import AwareDatetime, utcnow
 from tulip_nb.core.canonical import written_json
-from tulip_nb.core.messages import DIGEST_CACHE, Message, ToolCall
 
 __all__ = ["message_digest", "messages_digest", "prefix_digests"]
 
@@ -194,7 +194,7 @@ class MessageBlobCache:
     Not thread-safe per key for :meth:`blob`: callers serialise saves of one thread (the backends
     hold a lock). :meth:`digest` is thread-safe.
 
-    >>> from tulip_nb.core.messages import Message
+    >>> from tulip_nb.core import Message
     >>> cache = MessageBlobCache()
     >>> msgs = [Message.user("hi")]
     >>> bytes(cache.blob("t", msgs))

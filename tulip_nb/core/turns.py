@@ -23,7 +23,7 @@ with an answer, the last turn from the run status. When nothing tells -- a turn 
 killed mid-way, an old turn that ended without an answer -- the outcome is ``None``: unknown,
 never a guess.
 
->>> from tulip_nb.core.messages import Message
+>>> from tulip_nb.core import Message
 >>> msgs = [Message.system("Be brief."), Message.user("one"), Message.assistant("ok"),
 ...         Message.user("fail please"), Message.user("three"), Message.assistant("ok")]
 >>> log = [{"at": 1, "outcome": "answered"}, {"at": 3, "outcome": "error", "error": "ModelError: 500"},
@@ -41,9 +41,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from tulip_nb.core._messages import Message
 from tulip_nb.core.keys import RUN_KEY
 from tulip_nb.core.keys import TURNS_KEY as TURNS_KEY
-from tulip_nb.core.messages import Message
 
 __all__ = [
     "FAILED_OUTCOMES",

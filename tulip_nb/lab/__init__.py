@@ -21,6 +21,16 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from tulip_nb.lab._plots import InlineFigure, plot_composition, plot_sweep, plot_token_usage, to_png
     from tulip_nb.lab._replay import LiveBranch, Replay
     from tulip_nb.lab._synthetic import abuild_corpus, build_corpus, corpus_facts
+    from tulip_nb.lab._thread import (
+        Thread,
+        ThreadLike,
+        aas_thread,
+        aopen_thread,
+        as_thread,
+        athreads,
+        open_thread,
+        threads,
+    )
     from tulip_nb.lab.branches import afork, asweep, fork, sweep
     from tulip_nb.lab.corpus import Corpus, aopen_corpus, open_corpus, summarize_corpus_simulation
     from tulip_nb.lab.diff import MessageChange, ThreadDiff, adiff_threads, diff_threads
@@ -33,16 +43,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         simulate_compaction,
         summarize_simulation,
     )
-    from tulip_nb.lab.thread import (
-        Thread,
-        ThreadLike,
-        aas_thread,
-        aopen_thread,
-        as_thread,
-        athreads,
-        open_thread,
-        threads,
-    )
 
 # public name -> module that defines it (each module adds its own lines)
 _LAZY: dict[str, str] = {
@@ -50,14 +50,14 @@ _LAZY: dict[str, str] = {
     "export_threads": ".export",
     "add_principal": "._ids",
     "strip_principal": "._ids",
-    "Thread": ".thread",
-    "open_thread": ".thread",
-    "aopen_thread": ".thread",
-    "threads": ".thread",
-    "athreads": ".thread",
-    "as_thread": ".thread",
-    "aas_thread": ".thread",
-    "ThreadLike": ".thread",
+    "Thread": "._thread",
+    "open_thread": "._thread",
+    "aopen_thread": "._thread",
+    "threads": "._thread",
+    "athreads": "._thread",
+    "as_thread": "._thread",
+    "aas_thread": "._thread",
+    "ThreadLike": "._thread",
     "Replay": "._replay",
     "LiveBranch": "._replay",
     "fork": ".branches",

@@ -30,7 +30,7 @@ from tulip_nb.memory.compactor import LLMCompactor
 
 if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
-    from tulip_nb.lab.thread import Thread
+    from tulip_nb.lab._thread import Thread
 
 __all__ = ["Limits", "failed_turn_positions", "recorded_limits"]
 

@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 
 from tulip_nb._html import esc
+from tulip_nb.core import Message
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.keys import FORK_INDEX_KEY
-from tulip_nb.core.messages import Message
 
 __all__ = [
     "FORK_INDEX_KEY",

@@ -39,7 +39,7 @@ from tulip_nb.core.calls import answered_by
 from tulip_nb.lab._corpus_rows import end_chunk
 from tulip_nb.lab._executors import error_row
 from tulip_nb.lab._stores import open_checkpointer
-from tulip_nb.lab.thread import Thread, aopen_thread
+from tulip_nb.lab._thread import Thread, aopen_thread
 
 if TYPE_CHECKING:
     import pandas as pd

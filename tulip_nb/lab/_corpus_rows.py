@@ -45,9 +45,9 @@ from tulip_nb.core.turns import OUTCOMES, split_turns
 from tulip_nb.lab._executors import error_row
 from tulip_nb.lab._headers import marked_count
 from tulip_nb.lab._stores import open_checkpointer
+from tulip_nb.lab._thread import Thread, aopen_thread
 from tulip_nb.lab._window import saved_window, window_for
 from tulip_nb.lab.simulate import asimulate_compaction, normalize_probes
-from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.memory.conversation import EVENTS_KEY, compaction_events, saved_token_counts
 from tulip_nb.tokens import get_counter
 

@@ -21,7 +21,7 @@ overrides (``tool_override``) always runs, since that override is the what-if::
 
 One row per (thread, variant), in the corpus's order, columns :data:`COLUMNS`: the branch's final
 answer next to the recorded one, its iterations (the turn's model calls, as
-:class:`~tulip_nb.agent.result.AgentResult` counts them), tokens, cost (USD, NA when the model's
+:class:`~tulip_nb.agent._result.AgentResult` counts them), tokens, cost (USD, NA when the model's
 price is unknown), ``cached`` (nothing was sent for it this run), tool calls (of which answered from
 the record / run live; an idempotent tool's cache hit is neither), and whether the branch
 ``diverged`` from the recording: its messages after the point compared with the rest of the
@@ -60,17 +60,17 @@ from tulip_nb._deps import require
 from tulip_nb._sync import sync_twin
 from tulip_nb.agent import Agent
 from tulip_nb.agent.events import Hooks, ModelCall, ToolCalled
+from tulip_nb.core import Message
 from tulip_nb.core.calls import CallRef, execution_position, last_model_call, unanswered_calls
 from tulip_nb.core.canonical import same_message
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._executors import amap_threads, is_dask_client, require_picklable
 from tulip_nb.lab._live import SweepBudget, Tally, branch_id, executions_after, live_columns
 from tulip_nb.lab._replay import RecordedResults
 from tulip_nb.lab._stores import open_checkpointer
+from tulip_nb.lab._thread import Thread, aopen_thread
 from tulip_nb.lab.branches import VariantBranch, Variants, _named_variants, _point, _variant_agent, sweep_variants
-from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.models.budget import Budget
 from tulip_nb.models.scripted import ScriptedModel
 from tulip_nb.tools import Tool

@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tulip_nb.core import Message
 from tulip_nb.core.calls import CallRef, answered_by
 from tulip_nb.core.canonical import message_key
-from tulip_nb.core.messages import Message
 from tulip_nb.core.turns import FAILED_OUTCOMES, Turn, split_turns
 
 __all__ = ["Row", "Side", "align", "lineage_turns", "side"]

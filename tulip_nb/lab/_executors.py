@@ -4,10 +4,11 @@ Corpus work is split **by thread**: :func:`map_threads` cuts the thread ids into
 ``task(source, chunk, payload)`` once per chunk, wherever the executor runs it. ``task`` is a
 top-level (picklable) function — sync, or ``async def`` — that returns a list of row dicts, one or
 more per thread of its chunk, each with its ``thread_id``. Nothing but the store URL, the ids and
-``payload`` travels: the worker opens the store from its URL (:mod:`tulip_nb.memory.urls`), so a
-worker's memory is one chunk's rows and one thread at a time, whatever the corpus size::
+``payload`` travels: the worker opens the store from its URL
+(:func:`~tulip_nb.memory.backends.checkpointer_from_url`), so a worker's memory is one chunk's
+rows and one thread at a time, whatever the corpus size::
 
-    from tulip_nb.lab._executors import map_threads
+    from tulip_nb.lab import map_threads
 
     async def count_messages(source, chunk, payload):      # top level: workers import it
         cp, opened = open_checkpointer(source)

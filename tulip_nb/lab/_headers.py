@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tulip_nb.core import Message
 from tulip_nb.core.keys import MESSAGES_KEY
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import prefix_digests
 
 __all__ = ["PrefixIndex", "marked_count"]

@@ -27,10 +27,10 @@ from typing import Any
 from tulip_nb.agent import Agent
 from tulip_nb.agent.events import Hooks, ModelCall
 from tulip_nb.agent.turns import RUN_KEY
+from tulip_nb.core import Message
 from tulip_nb.core.calls import execution_position
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
-from tulip_nb.models.base import Usage
+from tulip_nb.models import Usage
 from tulip_nb.models.budget import Budget, BudgetExceeded, BudgetMeter, as_budget, metered
 from tulip_nb.models.pricing import model_cost
 from tulip_nb.tools import Tool

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from tulip_nb.lab.thread import Thread
+    from tulip_nb.lab._thread import Thread
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 # InlineFigure is defined on first use (module __getattr__), so matplotlib loads only when plotting
@@ -182,7 +182,7 @@ def plot_token_usage(
     97200
     """
     require("matplotlib", feature="plot_token_usage")
-    from tulip_nb.lab.thread import Thread, as_thread
+    from tulip_nb.lab._thread import Thread, as_thread
 
     recorded = Limits()
     if isinstance(frame, str | Thread):

@@ -30,8 +30,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tulip_nb.core import Message
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory.conversation import (
     STATE_KEY,
@@ -92,8 +92,8 @@ def recorded_summarizer_ref(state: AgentState | None) -> dict[str, str] | None:
 
 
 # Modules a recorded summariser may name that moved since it was recorded (issue 31 made the messy
-# generator's module private; threads generated before name ``tulip_nb.testing.messy.keep_facts``).
-_MOVED = {"tulip_nb.testing.messy": "tulip_nb.testing"}
+# generator's module private; threads generated before name ``tulip_nb.testing._messy.keep_facts``).
+_MOVED = {"tulip_nb.testing._messy": "tulip_nb.testing"}
 
 
 def import_summarizer(ref: Mapping[str, str] | None) -> Summarize | None:

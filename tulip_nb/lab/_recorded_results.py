@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from tulip_nb.agent.turns import RUN_KEY, canonical_args
+from tulip_nb.core import Message
 from tulip_nb.core.calls import CallRef, answered_by, last_model_call, results_of
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import Turn
 from tulip_nb.tools import Interrupt, Tool

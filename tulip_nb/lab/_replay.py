@@ -33,7 +33,7 @@ own recorded model calls, and it ends as the record says it ended (decision 12):
 - unknown (None: a turn killed mid-way, or still running): its calls.
 
 So a failed turn surfaces in the API as a step: :meth:`Replay.step` returns a :class:`ReplayStep`
-(a :class:`~tulip_nb.agent.result.Step` with ``turn``, ``call``, ``outcome``, ``error``); the step
+(a :class:`~tulip_nb.agent._result.Step` with ``turn``, ``call``, ``outcome``, ``error``); the step
 that ends a turn carries its outcome, and a turn that failed with an error ends with a step whose
 ``response`` is None, ``call`` None, ``outcome`` ``"error"`` (or ``"context_exceeded"``) and
 ``error`` the recorded text. :meth:`Replay.run_to` goes on past it, as the recorded thread did.
@@ -89,8 +89,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from tulip_nb._deps import require
 from tulip_nb._sync import sync_twin
-from tulip_nb.agent import Agent
-from tulip_nb.agent.result import AgentResult, Step
+from tulip_nb.agent import Agent, AgentResult, Step
 from tulip_nb.agent.turns import RUN_KEY, TurnRunner, snapshot, start_turn
 from tulip_nb.core.calls import CallRef, last_model_call, model_calls, unanswered_calls
 from tulip_nb.core.canonical import same_message
@@ -105,10 +104,10 @@ from tulip_nb.lab._recorded_results import (
     RecordedResults,
     pending_interrupts,
 )
+from tulip_nb.lab._thread import Thread, ThreadLike, as_thread
 from tulip_nb.lab.branches import branch_state, save_branch
-from tulip_nb.lab.thread import Thread, ThreadLike, as_thread
 from tulip_nb.memory.conversation import STATE_KEY, ConversationManager, NullManager
-from tulip_nb.models.base import Usage
+from tulip_nb.models import Usage
 from tulip_nb.models.replay import ReplayedFailure, ReplayModel
 
 if TYPE_CHECKING:
@@ -162,7 +161,7 @@ class LiveBranch:
 
     def thread(self) -> Thread:
         """A :class:`Thread` handle on the branch."""
-        from tulip_nb.lab.thread import open_thread
+        from tulip_nb.lab._thread import open_thread
 
         assert self.agent.checkpointer is not None
         return open_thread(self.agent.checkpointer, self.thread_id)

@@ -22,6 +22,6 @@ def open_checkpointer(where: BaseCheckpointer | str) -> tuple[BaseCheckpointer, 
         from tulip_nb.memory.backends.tulip_pg import tulip_pg_from_url
 
         return tulip_pg_from_url(where), True
-    from tulip_nb.memory.urls import checkpointer_from_url
+    from tulip_nb.memory.backends import checkpointer_from_url
 
     return checkpointer_from_url(where), True

@@ -20,7 +20,7 @@ model are the support desk's of ``make demo`` (``tulip_nb._demo``: ``TOOLS``, ``
 **Facts.** Every case states four facts: the order id, the customer's name and the amount in its
 first user message, and a callback number in its second one. They are a function of the thread id
 alone (a digest of it; a fork ``<id>-fork-<k>`` has its source's facts), so
-:func:`corpus_facts` needs nothing but the id — or a :class:`~tulip_nb.lab.thread.Thread` — and is
+:func:`corpus_facts` needs nothing but the id — or a :class:`~tulip_nb.lab._thread.Thread` — and is
 picklable: pass it as ``Corpus.simulate(..., probes=corpus_facts)`` on any executor.
 
 **Determinism.** For a given ``seed``, ``prefix``, ``n`` and ``turns`` every thread has the same
@@ -44,7 +44,7 @@ from tulip_nb.models.scripted import ScriptedModel
 
 if TYPE_CHECKING:
     from tulip_nb.agent import Agent
-    from tulip_nb.lab.thread import Thread
+    from tulip_nb.lab._thread import Thread
     from tulip_nb.memory.checkpointer import BaseCheckpointer
 
 __all__ = ["abuild_corpus", "build_corpus", "corpus_facts", "make_corpus_agent"]
@@ -76,7 +76,7 @@ def _digest(thread_id: str) -> int:
 def corpus_facts(thread: Thread | str) -> list[tuple[str, str]]:
     """The facts a case of :func:`build_corpus` states, ``[(label, text), ...]``, from its id.
 
-    ``thread``: a thread id or a :class:`~tulip_nb.lab.thread.Thread` (so it serves as a per-thread
+    ``thread``: a thread id or a :class:`~tulip_nb.lab._thread.Thread` (so it serves as a per-thread
     ``probes=`` callable). Labels: ``order``, ``customer``, ``amount`` (said in the first user
     message) and ``callback`` (said in the second). A fork (``<id>-fork-<k>``) has its source's.
     """

@@ -37,15 +37,15 @@ from tulip_nb._deps import require
 from tulip_nb._sync import sync_twin
 from tulip_nb.agent import Agent
 from tulip_nb.agent.turns import RUN_KEY, snapshot
+from tulip_nb.core import Message
 from tulip_nb.core.calls import POSITION_KEY, CallRef, answered_by, execution_position, model_call_count
 from tulip_nb.core.errors import CheckpointConflict, CheckpointNotFound, UserError
 from tulip_nb.core.keys import HASH_KEY, PARENT_HASH_KEY
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, ToolExecution
 from tulip_nb.core.turns import TURNS_KEY, split_turns, turn_log, turn_log_for_prefix, turn_starts
 from tulip_nb.lab._common import FORK_INDEX_KEY, Edit, apply_edit, short
 from tulip_nb.lab._live import SweepBudget, Tally, branch_id, executions_after, finished, live_columns, saved_branch
-from tulip_nb.lab.thread import Thread, ThreadLike, aas_thread, aopen_thread
+from tulip_nb.lab._thread import Thread, ThreadLike, aas_thread, aopen_thread
 from tulip_nb.memory.conversation.events import EVENTS_KEY, STATE_KEY
 from tulip_nb.memory.conversation.plan import fingerprint
 from tulip_nb.models.budget import Budget

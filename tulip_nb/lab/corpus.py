@@ -51,8 +51,8 @@ from tulip_nb.lab._executors import (
 )
 from tulip_nb.lab._recorded import check_choice
 from tulip_nb.lab._stores import open_checkpointer
+from tulip_nb.lab._thread import Thread, aopen_thread
 from tulip_nb.lab.simulate import RECORDED, Configs, Probes, Summarizer, _configs, _schemas, normalize_probes
-from tulip_nb.lab.thread import Thread, aopen_thread
 from tulip_nb.memory.conversation import LLMCompactor, SummarizingConversationManager
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class Corpus:
 
     ``source`` is the store URL when opened from one (else None), ``checkpointer`` the open store,
     ``thread_ids`` the ids in sorted order. ``len(corpus)``, ``for tid in corpus``;
-    ``corpus["t-17"]`` or ``corpus[3]`` is a :class:`~tulip_nb.lab.thread.Thread`; ``corpus[0:10]``,
+    ``corpus["t-17"]`` or ``corpus[3]`` is a :class:`~tulip_nb.lab._thread.Thread`; ``corpus[0:10]``,
     ``corpus[["a", "b"]]`` and :meth:`filter` are sub-corpora (same store, shared summary cache).
     :meth:`summary` rows are computed once per corpus family and kept; states are not.
     A corpus opened from a URL owns its checkpointer: :meth:`close` (or ``with``) releases it.
@@ -586,7 +586,7 @@ async def aopen_corpus(
 
     ``checkpointer_or_url``: a checkpointer, or a URL (``"file:./threads"``,
     ``"postgresql://host/db"``, ``"s3://bucket/prefix/"``, ... as
-    :func:`~tulip_nb.memory.urls.checkpointer_from_url` takes them) — then ``corpus.source`` is
+    :func:`~tulip_nb.memory.backends.checkpointer_from_url` takes them) — then ``corpus.source`` is
     that URL, which out-of-process executors hand to their workers.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):

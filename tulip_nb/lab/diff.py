@@ -39,14 +39,14 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
 from tulip_nb._sync import sync_twin
+from tulip_nb.core import Message
 from tulip_nb.core.calls import CallRef, calls_before
 from tulip_nb.core.canonical import canonical_json, message_value
-from tulip_nb.core.messages import Message
 from tulip_nb.core.turns import turn_index, turn_starts
 from tulip_nb.lab._common import FORK_INDEX_KEY, call_text, esc, short
 from tulip_nb.lab._diff_align import Row, Side, align, lineage_turns, side
 from tulip_nb.lab._lineage import common_ancestor, origin
-from tulip_nb.lab.thread import Thread, aas_thread, aopen_thread
+from tulip_nb.lab._thread import Thread, aas_thread, aopen_thread
 
 if TYPE_CHECKING:
     import pandas as pd

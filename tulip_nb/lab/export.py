@@ -29,7 +29,7 @@ that replay, diff and fork walk survives), through each backend's
 >>> report[["thread", "copied", "verified", "error"]].to_dict("records")
 [{'thread': 't1', 'copied': 1, 'verified': True, 'error': None}]
 
-Sources and destinations are checkpointers or URLs (:func:`tulip_nb.memory.urls.checkpointer_from_url`,
+Sources and destinations are checkpointers or URLs (:func:`tulip_nb.memory.backends.checkpointer_from_url`,
 plus ``tulip-pg://user@host/db?tenant=...`` for tulip's native PgCheckpointer table). Threads stored
 by tulip's AgentServer as ``"<principal>:<id>"`` map to plain ids and back with ``map_ids=``
 (:func:`~tulip_nb.lab._ids.strip_principal`, :func:`~tulip_nb.lab._ids.add_principal`).
@@ -55,7 +55,7 @@ from tulip_nb.core.state import state_json_bytes
 from tulip_nb.lab._export_cost import CostModel, dest_layout
 from tulip_nb.lab._ids import IdMap, add_principal, strip_principal
 from tulip_nb.lab._stores import open_checkpointer
-from tulip_nb.lab.thread import Thread
+from tulip_nb.lab._thread import Thread
 from tulip_nb.memory.checkpointer import BaseCheckpointer, Checkpoint, CheckpointInfo, validate_thread_id
 
 if TYPE_CHECKING:

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any, overload
 
 from tulip_nb.core.errors import UserError
+from tulip_nb.lab._thread import Thread
 from tulip_nb.lab.corpus import Corpus
 from tulip_nb.lab.diff import ThreadDiff
-from tulip_nb.lab.thread import Thread
 
 __all__ = ["MAX_CHARS", "diff_html", "page_name", "thread_html", "write_corpus_site", "write_html"]
 

@@ -56,13 +56,13 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
 from tulip_nb._sync import sync_twin
+from tulip_nb.core import Message
 from tulip_nb.core.errors import ContextWindowExceeded, UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import split_turns
 from tulip_nb.lab._recorded import RecordedSummaries, check_choice, recorded_config, recorded_tools, summarizer_of
+from tulip_nb.lab._thread import Thread, aas_thread
 from tulip_nb.lab._window import Window, over_window, saved_window, window_for
-from tulip_nb.lab.thread import Thread, aas_thread
 from tulip_nb.memory.conversation import (
     EVENTS_KEY,
     ConversationManager,

@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core import iso_offset
+from tulip_nb.core import Message, iso_offset
 from tulip_nb.core.keys import (
     ALG_KEY,
     COPIED_FROM_KEY,
@@ -49,7 +49,6 @@ from tulip_nb.core.keys import (
     PRUNED_KEY,
     SEQ_KEY,
 )
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState, MessageBlobCache, messages_digest
 
 __all__ = [

@@ -24,7 +24,7 @@ Two kinds of counters:
   nothing can tell (a thread started by another writer): then a summary reads that thread's states.
 
 >>> from tulip_nb.core import AgentState
->>> from tulip_nb.core.messages import Message
+>>> from tulip_nb.core import Message
 >>> state = AgentState(messages=[Message.user("hi"), Message.assistant("hello")])
 >>> c = save_counts(state, Lineage.new(), "final")
 >>> c["turns"], c["model_calls"], c["interrupts"], c["idempotent_hits"]

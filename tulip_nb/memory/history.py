@@ -55,10 +55,9 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core import iso_offset
+from tulip_nb.core import Message, iso_offset
 from tulip_nb.core.errors import CheckpointCorrupt
 from tulip_nb.core.fastload import gc_paused
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory._envelope import state_from_obj
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo

@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
 
+from tulip_nb.core import Message
 from tulip_nb.core.calls import model_call_count, model_call_index
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.keys import MEMORY_EVENTS_KEY as MEMORY_EVENTS_KEY
 from tulip_nb.core.keys import MEMORY_MARK
-from tulip_nb.core.messages import Message
 from tulip_nb.memory.conversation.base import ConversationManager
 from tulip_nb.memory.conversation.events import model_view
 from tulip_nb.memory.store import BaseStore, StoreItem
@@ -56,7 +56,7 @@ from tulip_nb.memory.store.text import STOP_WORDS, stem, tokens
 
 if TYPE_CHECKING:
     from tulip_nb.core.state import AgentState
-    from tulip_nb.models.base import Model
+    from tulip_nb.models import Model
 
 __all__ = [
     "EXTRACTION_PROMPT",

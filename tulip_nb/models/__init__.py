@@ -16,8 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from tulip_nb.core.errors import UserError
-from tulip_nb.models._limits import ConcurrencyLimit, RetriesExhausted, RetryPolicy, shared_limit
-from tulip_nb.models.base import (
+from tulip_nb.models._base import (
     ContextWindowExceeded,
     Model,
     ModelError,
@@ -25,8 +24,9 @@ from tulip_nb.models.base import (
     ModelResponse,
     Usage,
 )
+from tulip_nb.models._cache import CachedModel, CacheEntry, ModelCache, cached, request_key
+from tulip_nb.models._limits import ConcurrencyLimit, RetriesExhausted, RetryPolicy, shared_limit
 from tulip_nb.models.budget import Budget, BudgetExceeded, BudgetMeter, MeteredModel, metered
-from tulip_nb.models.cache import CachedModel, CacheEntry, ModelCache, cached, request_key
 from tulip_nb.models.metadata import ModelMetadata as ModelMetadata
 from tulip_nb.models.metadata import metadata_for as metadata_for
 from tulip_nb.models.metadata import register_metadata as register_metadata

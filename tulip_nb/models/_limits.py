@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
-from tulip_nb.models.base import ModelError
+from tulip_nb.models._base import ModelError
 
 __all__ = [
     "CallStats",

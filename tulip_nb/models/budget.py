@@ -36,9 +36,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from tulip_nb.core import Message
 from tulip_nb.core.errors import TulipNBError, UserError
-from tulip_nb.core.messages import Message
-from tulip_nb.models.base import Model, ModelResponse, Usage
+from tulip_nb.models._base import Model, ModelResponse, Usage
 from tulip_nb.models.pricing import Price, cost_of
 from tulip_nb.tokens import get_counter
 

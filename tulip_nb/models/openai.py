@@ -11,14 +11,14 @@
 ``base_url`` and ``api_key`` come from the arguments, else ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``
 (the client's own rules). Tool-call arguments that are not valid JSON are kept verbatim in
 ``ToolCall.malformed_arguments`` (with ``arguments == {}``) so the agent can answer with an error
-result instead of crashing. An error status becomes :class:`~tulip_nb.models.base.ModelHTTPError`
-(:class:`~tulip_nb.models.base.ContextWindowExceeded` for a context overflow).
+result instead of crashing. An error status becomes :class:`~tulip_nb.models._base.ModelHTTPError`
+(:class:`~tulip_nb.models._base.ContextWindowExceeded` for a context overflow).
 
 **Live experiments.** Every request goes through one concurrency limit per model and base URL,
 shared by the whole process (``max_concurrency``; :mod:`tulip_nb.models._limits`), and is retried on
 429, 5xx, timeouts and dropped or truncated responses, honouring ``Retry-After``, within a total
 ``deadline`` per call (the client's own retries are off: ours see the limit). ``cache=`` (a
-:class:`~tulip_nb.models.cache.ModelCache`) answers a request already made from disk, bit for bit
+:class:`~tulip_nb.models._cache.ModelCache`) answers a request already made from disk, bit for bit
 and for free. Usage carries the call's cost from :mod:`tulip_nb.models.pricing` (``price=``
 overrides the table; unknown model: None). ``model.stats`` counts requests sent, retries and cache
 hits::
@@ -37,10 +37,10 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from tulip_nb.core.messages import Message, ToolCall
+from tulip_nb.core import Message, ToolCall
+from tulip_nb.models._base import ContextWindowExceeded, ModelError, ModelHTTPError, ModelResponse, Usage
+from tulip_nb.models._cache import ModelCache, request_key
 from tulip_nb.models._limits import CallStats, RetryPolicy, call_with_retries, retry_after_seconds, shared_limit
-from tulip_nb.models.base import ContextWindowExceeded, ModelError, ModelHTTPError, ModelResponse, Usage
-from tulip_nb.models.cache import ModelCache, request_key
 from tulip_nb.models.pricing import Price, cost_of
 
 try:
@@ -129,7 +129,7 @@ class OpenAIModel:
     Pass ``client=`` to reuse an ``openai.AsyncOpenAI`` you configured yourself.
 
     Args:
-        cache: a :class:`~tulip_nb.models.cache.ModelCache` answering requests already made.
+        cache: a :class:`~tulip_nb.models._cache.ModelCache` answering requests already made.
         epoch: the sample number in the cache key (``epoch=1``: a second, independent sample).
         max_concurrency: requests in flight to this model (base URL + name) in the process;
             None keeps the shared limit's current value (8 when first created).

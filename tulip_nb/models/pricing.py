@@ -12,7 +12,7 @@ unknown model has no price, and its cost is None (NA in a frame), never 0::
     register_price("my-finetune", Price(input=3.0, output=12.0))
     price_for("openai:gpt-4o-mini-2024-07-18")        # the gpt-4o-mini entry
 
->>> from tulip_nb.models.base import Usage
+>>> from tulip_nb.models import Usage
 >>> p = Price(input=2.5, output=10.0, cached_input=1.25)
 >>> round(p.cost(Usage(prompt_tokens=1_000, completion_tokens=100, cached_tokens=400)), 6)
 0.003
@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tulip_nb.models._base import Usage
 from tulip_nb.models._by_model import ByModel
-from tulip_nb.models.base import Usage
 
 __all__ = ["model_cost"]
 

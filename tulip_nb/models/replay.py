@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from tulip_nb.core import Message
 from tulip_nb.core.calls import last_model_call, model_calls, pair_block
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import Turn
-from tulip_nb.models.base import ModelError, ModelResponse, Usage
+from tulip_nb.models._base import ModelError, ModelResponse, Usage
 
 __all__ = ["Recording", "ReplayedFailure"]
 
@@ -71,7 +71,7 @@ class ReplayedFailure(ModelError):
     500"``): an instance of a subclass *named* as the recorded class, so the agent records it as
     ``f"{type(e).__name__}: {e}"`` -- the recorded text, byte for byte. ``recorded`` keeps that
     text, ``outcome`` the turn's recorded outcome (``error`` or ``context_exceeded``), ``turn``
-    its number. It is never a :class:`~tulip_nb.models.base.ContextWindowExceeded`, so the agent
+    its number. It is never a :class:`~tulip_nb.models._base.ContextWindowExceeded`, so the agent
     does not retry it.
 
     >>> e = ReplayedFailure.of("ModelError: provider 500", outcome="error", turn=1)

@@ -32,8 +32,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tulip_nb.core.messages import Message, ToolCall
-from tulip_nb.models.base import ModelError, ModelResponse, Usage
+from tulip_nb.core import Message, ToolCall
+from tulip_nb.models._base import ModelError, ModelResponse, Usage
 
 __all__ = ["Reply"]
 

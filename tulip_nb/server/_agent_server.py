@@ -55,7 +55,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tulip_nb.agent.result import AgentResult, Step
+from tulip_nb.agent import AgentResult, Step
 from tulip_nb.core.errors import (
     BackendUnavailable,
     CapabilityNotSupported,
@@ -67,7 +67,7 @@ from tulip_nb.core.errors import (
     problem_from,
 )
 from tulip_nb.memory.checkpointer import BaseCheckpointer
-from tulip_nb.models.base import ModelError
+from tulip_nb.models import ModelError
 from tulip_nb.server import _sse
 from tulip_nb.server._auth import ApiKeys, Layout, storage_id, storage_prefix
 from tulip_nb.server._input import bounded_receive, check_query, path_parts
@@ -195,7 +195,7 @@ class AgentServer:
         if checkpointer is None:
             checkpointer = agent.checkpointer
         if checkpointer is None:
-            from tulip_nb.memory.backends.memory import MemoryCheckpointer
+            from tulip_nb.memory.backends import MemoryCheckpointer
 
             checkpointer = MemoryCheckpointer()
         self.agent = agent

@@ -30,7 +30,7 @@ through this view, which shows the caller's id instead.
 
 >>> import asyncio
 >>> from tulip_nb.core import AgentState
->>> from tulip_nb.memory.backends.memory import MemoryCheckpointer
+>>> from tulip_nb.memory.backends import MemoryCheckpointer
 >>> shared = MemoryCheckpointer()
 >>> mine = ScopedCheckpointer(shared, "9a437339f869:")
 >>> _ = asyncio.run(mine.save(AgentState(), "ticket-1-b", metadata={"forked_from": "ticket-1"}))

@@ -28,10 +28,10 @@ from typing import Any
 
 import orjson
 
+from tulip_nb.agent import Step
 from tulip_nb.agent.events import ModelCall, ToolCalled
-from tulip_nb.agent.result import Step
+from tulip_nb.core import ToolCall
 from tulip_nb.core.calls import execution_position
-from tulip_nb.core.messages import ToolCall
 
 __all__ = ["DONE", "SUCCESS_REASONS", "StreamHook", "done_frame", "encode", "frames"]
 

@@ -67,8 +67,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tulip_nb._sync import sync_twin
+from tulip_nb.core import Message
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.core.turns import OUTCOMES
 from tulip_nb.models import ScriptedModel, text
 from tulip_nb.testing._messy_plan import Planner

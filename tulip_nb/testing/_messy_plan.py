@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core.messages import Message, ToolCall
+from tulip_nb.core import Message, ToolCall
 from tulip_nb.models import ContextWindowExceeded as ProviderContextExceeded
 from tulip_nb.models import ModelError, ModelHTTPError
 from tulip_nb.testing._messy_spec import OUTCOME_RATES, MessySpec

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from tulip_nb.agent import Agent
 from tulip_nb.agent.events import CheckpointSaved
 from tulip_nb.agent.turns import RUN_KEY, start_turn
+from tulip_nb.core import Message
 from tulip_nb.core.errors import CapabilityNotSupported, ContextWindowExceeded
 from tulip_nb.core.keys import ITER_KEY, TURNS_KEY
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import ReasoningStep, ToolExecution
 from tulip_nb.models import Model, ModelError, ScriptedModel
 from tulip_nb.testing._messy_plan import Plan, Step

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from tulip_nb.core import Message
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.memory.conversation import ConversationManager, LLMCompactor, NullManager
 
 __all__ = ["OUTCOME_RATES", "MessySpec", "keep_facts"]

@@ -477,7 +477,7 @@ class CheckpointerSuite:
 
     async def test_vacuum_keeps_a_verifiable_chain(self, checkpointer: BaseCheckpointer) -> None:
         """Signed checkpoints imported with old times: vacuum drops them, the rest still verifies."""
-        from tulip_nb.memory.backends.memory import MemoryCheckpointer
+        from tulip_nb.memory.backends import MemoryCheckpointer
         from tulip_nb.memory.integrity import verify_thread
 
         self._skip_unless(self.keeps_save_metadata and checkpointer.capabilities.vacuum, "vacuum")
@@ -498,7 +498,7 @@ class CheckpointerSuite:
         """vacuum(days) drops every checkpoint older than the cutoff in every thread and returns how
         many; a thread left with none is gone, one left with some still verifies, newer ones stay,
         and a second run drops nothing (HistoryCheckpointer's docstring)."""
-        from tulip_nb.memory.backends.memory import MemoryCheckpointer
+        from tulip_nb.memory.backends import MemoryCheckpointer
         from tulip_nb.memory.integrity import verify_thread
 
         self._skip_unless(self.keeps_save_metadata and checkpointer.capabilities.vacuum, "vacuum")

@@ -20,8 +20,8 @@ from tulip_nb.widgets._panels import ReplayPlayer
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tulip_nb.lab import Thread
     from tulip_nb.lab.corpus import Corpus
-    from tulip_nb.lab.thread import Thread
 
 __all__ = ["CorpusView"]
 

@@ -9,8 +9,8 @@ import ipywidgets as W
 
 from tulip_nb._html import esc
 from tulip_nb.agent import Agent
-from tulip_nb.lab.controllers.panels import BrowserController, DiffController, ExportController, PlayerController
-from tulip_nb.lab.thread import Thread
+from tulip_nb.lab import Thread
+from tulip_nb.lab.controllers import BrowserController, DiffController, ExportController, PlayerController
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 from tulip_nb.widgets._base import Panel
 

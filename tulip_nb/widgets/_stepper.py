@@ -7,9 +7,9 @@ from typing import Any
 import ipywidgets as W
 
 from tulip_nb.agent import Agent
-from tulip_nb.lab.controllers.panels import BudgetController
+from tulip_nb.lab import Thread
+from tulip_nb.lab.controllers import BudgetController
 from tulip_nb.lab.controllers.stepper import IdFactory, StepperController
-from tulip_nb.lab.thread import Thread
 from tulip_nb.memory.managers import ConversationManager
 from tulip_nb.widgets._base import Panel
 

@@ -8,11 +8,11 @@ from typing import Any
 import ipywidgets as W
 
 from tulip_nb._html import esc
-from tulip_nb.core.messages import Message
+from tulip_nb.core import Message
 from tulip_nb.core.state import AgentState
+from tulip_nb.lab import Thread
 from tulip_nb.lab.controllers.tuner import TunerController
 from tulip_nb.lab.simulate import Probes
-from tulip_nb.lab.thread import Thread
 from tulip_nb.widgets._base import Debouncer, Panel
 
 __all__ = ["CompactionTuner"]

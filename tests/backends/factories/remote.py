@@ -79,7 +79,7 @@ def new_bucket() -> str:
 @contextlib.asynccontextmanager
 async def s3_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     url = moto_endpoint()
-    from tulip_nb.memory.backends.s3 import S3Backend
+    from tulip_nb.memory.backends._s3 import S3Backend
 
     bucket = new_bucket()
     yield opener(lambda: S3Backend(bucket, endpoint_url=url, **S3_CREDENTIALS))
@@ -89,7 +89,7 @@ async def s3_backend(tmp_path: Path) -> AsyncIterator[Opener]:
 async def s3_tulip_backend(tmp_path: Path) -> AsyncIterator[Opener]:
     """S3 with every checkpoint projected as tulip's objects (``layout="tulip"``)."""
     url = moto_endpoint()
-    from tulip_nb.memory.backends.s3 import S3Backend
+    from tulip_nb.memory.backends._s3 import S3Backend
 
     bucket = new_bucket()
     yield opener(lambda: S3Backend(bucket, endpoint_url=url, layout="tulip", **S3_CREDENTIALS))

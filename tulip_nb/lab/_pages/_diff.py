@@ -16,7 +16,7 @@ from tulip_nb.lab._pages._document import page
 from tulip_nb.lab._pages._text import clipped_pre, esc
 
 if TYPE_CHECKING:
-    from tulip_nb.core.messages import Message
+    from tulip_nb.core import Message
     from tulip_nb.lab.diff import MessageChange, ThreadDiff
 
 __all__ = ["diff_body", "diff_page"]

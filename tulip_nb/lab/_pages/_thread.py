@@ -23,8 +23,8 @@ from tulip_nb.lab.controllers import PlayerController
 from tulip_nb.memory.conversation import model_views
 
 if TYPE_CHECKING:
-    from tulip_nb.core.messages import Message
-    from tulip_nb.lab.thread import Thread
+    from tulip_nb.core import Message
+    from tulip_nb.lab._thread import Thread
 
 __all__ = ["PREVIEW", "thread_body", "thread_data", "thread_page"]
 

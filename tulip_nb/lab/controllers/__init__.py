@@ -23,14 +23,14 @@ kernel) and a script can use it directly::
 
 from __future__ import annotations
 
-from tulip_nb.lab.controllers.corpus import CorpusController
-from tulip_nb.lab.controllers.panels import (
+from tulip_nb.lab.controllers._panels import (
     BrowserController,
     BudgetController,
     DiffController,
     ExportController,
     PlayerController,
 )
+from tulip_nb.lab.controllers.corpus import CorpusController
 from tulip_nb.lab.controllers.stepper import StepperController, StepRecord
 from tulip_nb.lab.controllers.tuner import TunerController
 

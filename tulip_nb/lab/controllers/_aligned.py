@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tulip_nb.core.messages import Message
+from tulip_nb.core import Message
 from tulip_nb.lab._common import esc, short
 from tulip_nb.lab.controllers._html import message_cell, scroll_box, table
 from tulip_nb.memory.conversation.plan import Plan

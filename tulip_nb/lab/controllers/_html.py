@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable, Sequence
 
-from tulip_nb.core.messages import Message
+from tulip_nb.core import Message
 from tulip_nb.lab._common import call_text, esc, short
 
 __all__ = ["MARK_COLORS", "MAX_HEIGHT", "message_cell", "more_note", "note", "png_tag", "scroll_box", "table"]

@@ -40,8 +40,8 @@ from tulip_nb.lab.controllers._html import MARK_COLORS, note, png_tag, scroll_bo
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tulip_nb.lab._thread import Thread
     from tulip_nb.lab.corpus import Corpus
-    from tulip_nb.lab.thread import Thread
 
 __all__ = ["PAGE_SIZE", "SIM_COLUMNS", "TABLE_COLUMNS"]
 

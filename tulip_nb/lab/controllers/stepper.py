@@ -1,7 +1,7 @@
 """Step an agent one iteration at a time, and branch when you change what it saw.
 
 :class:`StepperController` drives :meth:`Agent.iterate <tulip_nb.agent.Agent.iterate>` one
-:class:`~tulip_nb.agent.result.Step` per call, and keeps what a notebook wants to look at: the
+:class:`~tulip_nb.agent._result.Step` per call, and keeps what a notebook wants to look at: the
 request exactly as sent (after compaction), the answer, tool calls and results, tokens, and the
 checkpoint saved. It never changes a saved checkpoint: editing the *pending* message (the tool
 result the model has not seen yet, or the user message of the current turn) and continuing cuts a
@@ -29,15 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tulip_nb._sync import run_sync
-from tulip_nb.agent import Agent
-from tulip_nb.agent.result import Step
+from tulip_nb.agent import Agent, Step
+from tulip_nb.core import Message
 from tulip_nb.core.errors import CheckpointConflict, UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import esc, short
+from tulip_nb.lab._thread import open_thread
 from tulip_nb.lab.branches import fork
 from tulip_nb.lab.controllers._html import message_cell, note, table
-from tulip_nb.lab.thread import open_thread
 from tulip_nb.memory.managers import PlanningManager
 from tulip_nb.tokens import REPLY_PRIMING, TokenCounter, get_counter
 

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tulip_nb.core import Message
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.lab._common import esc
 from tulip_nb.lab._plots import (
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from tulip_nb.lab.thread import Thread
+    from tulip_nb.lab._thread import Thread
 
 __all__ = ["DEFAULTS"]
 

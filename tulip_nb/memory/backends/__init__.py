@@ -11,38 +11,38 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tulip_nb._lazy import lazy_exports
+from tulip_nb.memory.backends._memory import MemoryCheckpointer
 from tulip_nb.memory.backends.file import FileCheckpointer
-from tulip_nb.memory.backends.memory import MemoryCheckpointer
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
-    from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
-    from tulip_nb.memory.backends._mysql import MySQLBackend
-    from tulip_nb.memory.backends._opensearch import OpenSearchBackend
-    from tulip_nb.memory.backends._postgresql import PostgreSQLBackend
-    from tulip_nb.memory.backends._redis_history_checkpointer import RedisHistoryCheckpointer
-    from tulip_nb.memory.backends.adapters import (
+    from tulip_nb.memory.backends._adapters import (
         StorageBackendAdapter,
         mysql_checkpointer,
         opensearch_checkpointer,
         postgresql_checkpointer,
         redis_checkpointer,
     )
+    from tulip_nb.memory.backends._history_kv import SQLHistoryCheckpointer
+    from tulip_nb.memory.backends._mysql import MySQLBackend
+    from tulip_nb.memory.backends._opensearch import OpenSearchBackend
+    from tulip_nb.memory.backends._postgresql import PostgreSQLBackend
+    from tulip_nb.memory.backends._redis_history_checkpointer import RedisHistoryCheckpointer
+    from tulip_nb.memory.backends._s3 import S3Backend, s3_checkpointer
+    from tulip_nb.memory.backends._urls import checkpointer_from_url
     from tulip_nb.memory.backends.http import HTTPCheckpointer
     from tulip_nb.memory.backends.redis import RedisBackend
-    from tulip_nb.memory.backends.s3 import S3Backend, s3_checkpointer
     from tulip_nb.memory.backends.tulip_pg import TulipPgCheckpointer
-    from tulip_nb.memory.urls import checkpointer_from_url
 
 # name -> module, for backends whose dependencies are optional (added as they land)
 _LAZY: dict[str, str] = {
-    "S3Backend": ".s3",
-    "s3_checkpointer": ".s3",
+    "S3Backend": "._s3",
+    "s3_checkpointer": "._s3",
     "HTTPCheckpointer": ".http",
-    "StorageBackendAdapter": ".adapters",
-    "redis_checkpointer": ".adapters",
-    "postgresql_checkpointer": ".adapters",
-    "mysql_checkpointer": ".adapters",
-    "opensearch_checkpointer": ".adapters",
+    "StorageBackendAdapter": "._adapters",
+    "redis_checkpointer": "._adapters",
+    "postgresql_checkpointer": "._adapters",
+    "mysql_checkpointer": "._adapters",
+    "opensearch_checkpointer": "._adapters",
     "RedisBackend": ".redis",
     "RedisHistoryCheckpointer": "._redis_history_checkpointer",
     "PostgreSQLBackend": "._postgresql",
@@ -50,7 +50,7 @@ _LAZY: dict[str, str] = {
     "OpenSearchBackend": "._opensearch",
     "TulipPgCheckpointer": ".tulip_pg",
     "SQLHistoryCheckpointer": "._history_kv",
-    "checkpointer_from_url": "tulip_nb.memory.urls",
+    "checkpointer_from_url": "._urls",
 }
 
 # Every backend module imports its optional dependency inside its functions, so ``import *`` and

@@ -45,8 +45,8 @@ from typing import Any
 
 import orjson
 
+from tulip_nb.core import Message
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
-from tulip_nb.core.messages import Message
 from tulip_nb.memory._envelope import state_from_obj
 from tulip_nb.memory.checkpointer import Checkpoint
 from tulip_nb.memory.history import (

@@ -12,7 +12,7 @@ tulip's ``redis_checkpointer`` / ``postgresql_checkpointer`` / ``mysql_checkpoin
 
 A store (Redis, a SQL table) maps a logical key to one JSON value. This
 module holds the pure parts (encoding a record, parsing the index) and :class:`KVStore`, the
-small interface a store implements so :class:`~tulip_nb.memory.backends.adapters.StorageBackendAdapter`
+small interface a store implements so :class:`~tulip_nb.memory.backends._adapters.StorageBackendAdapter`
 can run every checkpointer operation on it. The one thing a store must do that tulip's do not is
 :meth:`KVStore.transact`: run a read-modify-write of one thread's keys atomically (Redis
 WATCH/MULTI, a SQL transaction holding the index row's lock), so the index, the record and
@@ -360,7 +360,7 @@ class KVStore(ABC):
     ``save(thread_id, data)`` / ``load`` / ``delete`` / ``exists`` / ``list_threads`` are the
     storage-backend shape the seeds describe: a ``thread_id`` here is a raw key (the adapter passes
     ``"<tid>:<cid>"``). A storage backend is *not* a checkpointer: wrap it with
-    :class:`~tulip_nb.memory.backends.adapters.StorageBackendAdapter` (or a ``*_checkpointer()``
+    :class:`~tulip_nb.memory.backends._adapters.StorageBackendAdapter` (or a ``*_checkpointer()``
     factory) to pass it to an agent.
     """
 

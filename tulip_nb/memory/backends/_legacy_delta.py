@@ -63,11 +63,10 @@ from typing import Any, NamedTuple
 import orjson
 from pydantic import ValidationError
 
-from tulip_nb.core import iso_offset, parse_datetime
+from tulip_nb.core import Message, iso_offset, parse_datetime
 from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound
 from tulip_nb.core.fastload import gc_paused, messages_from_json
 from tulip_nb.core.keys import MIRROR_KEY
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.memory._envelope import HEAD_BYTES, decode_envelope, info_from_head, read_head, state_from_obj
 from tulip_nb.memory.backends._history_dir import NOFOLLOW, read_nofollow, safe_name

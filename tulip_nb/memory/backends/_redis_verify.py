@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from tulip_nb.core import Message
 from tulip_nb.core.errors import CheckpointCorrupt, CheckpointNotFound
 from tulip_nb.core.fastload import gc_paused, messages_from_json
-from tulip_nb.core.messages import Message
 from tulip_nb.memory.backends._redis_layout import ROOT, Head, parse_head
 from tulip_nb.memory.checkpointer import Checkpoint
 from tulip_nb.memory.history import StoredCheckpoint, entry_id, fields_hash, state_with

@@ -50,10 +50,10 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from tulip_nb.core import Message
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
 from tulip_nb.core.fastload import gc_paused, messages_from_json
 from tulip_nb.core.keys import FORKED_FROM_KEY
-from tulip_nb.core.messages import Message
 from tulip_nb.memory.backends._s3_io import S3IO, Listed, PreconditionFailed
 from tulip_nb.memory.backends._s3_records import (
     Head,

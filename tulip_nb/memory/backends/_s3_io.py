@@ -1,4 +1,4 @@
-"""The S3 wire layer of :class:`~tulip_nb.memory.backends.s3.S3Backend`: boto3 calls and their errors.
+"""The S3 wire layer of :class:`~tulip_nb.memory.backends._s3.S3Backend`: boto3 calls and their errors.
 
 Every function here is synchronous and runs in the backend's worker pool. They translate botocore's
 errors into the tulip_nb tree once, so the backend above speaks only in these terms:

@@ -16,9 +16,8 @@ from typing import Any
 
 import orjson
 
-from tulip_nb.core import iso_offset, parse_datetime
+from tulip_nb.core import Message, iso_offset, parse_datetime
 from tulip_nb.core.errors import CheckpointCorrupt
-from tulip_nb.core.messages import Message
 from tulip_nb.memory.backends._history_dir import is_turn_end
 from tulip_nb.memory.checkpointer import CheckpointInfo
 from tulip_nb.memory.history import Row

@@ -42,11 +42,10 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from pydantic import ValidationError
 
-from tulip_nb.core import iso_offset, parse_datetime
+from tulip_nb.core import Message, iso_offset, parse_datetime
 from tulip_nb.core.errors import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
 from tulip_nb.core.fastload import gc_paused, messages_from_json
 from tulip_nb.core.keys import PARENT_KEY
-from tulip_nb.core.messages import Message
 from tulip_nb.memory.backends._history_dir import is_turn_end
 from tulip_nb.memory.checkpointer import Checkpoint, CheckpointInfo
 from tulip_nb.memory.history import (

@@ -24,7 +24,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from tulip_nb.core.messages import Message
+from tulip_nb.core import Message
 from tulip_nb.memory.conversation.plan import HistoryIndex, Plan, Ranges, fingerprint, summary_message, to_ranges
 
 if TYPE_CHECKING:

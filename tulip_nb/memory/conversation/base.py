@@ -23,8 +23,8 @@ from abc import ABC
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb.core import Message
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.memory.conversation.events import EVENTS_KEY as EVENTS_KEY
 from tulip_nb.memory.conversation.events import STATE_KEY as STATE_KEY
 from tulip_nb.memory.conversation.events import make_event

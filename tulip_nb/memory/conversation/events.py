@@ -44,12 +44,12 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
+from tulip_nb.core import Message
 from tulip_nb.core.calls import calls_before, model_call_count, model_call_index, model_calls
 from tulip_nb.core.errors import UserError
 from tulip_nb.core.keys import EVENTS_KEY as EVENTS_KEY
 from tulip_nb.core.keys import RUN_KEY
 from tulip_nb.core.keys import STATE_KEY as STATE_KEY
-from tulip_nb.core.messages import Message
 from tulip_nb.core.turns import split_turns, turn_log
 from tulip_nb.memory.conversation.plan import STUB_VERSION, Plan, fingerprint, render
 

@@ -20,10 +20,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb.core import IdentityCache, Message
 from tulip_nb.core.calls import block_end
-from tulip_nb.core.identity import IdentityCache
 from tulip_nb.core.keys import CLEARED_KEY, SUMMARY_KEY
-from tulip_nb.core.messages import Message
 
 if TYPE_CHECKING:
     from tulip_nb.tokens import TokenCounter

@@ -40,8 +40,8 @@ from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb.core import Message
 from tulip_nb.core.errors import ContextWindowExceeded, UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.memory.conversation._cut import CutEngine
 from tulip_nb.memory.conversation.base import PlanningManager
 from tulip_nb.memory.conversation.compactor import summarizer_ref

@@ -13,8 +13,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tulip_nb.core import Message
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.memory.conversation.base import PlanningManager
 from tulip_nb.memory.conversation.plan import Plan, fingerprint, render
 from tulip_nb.tokens import REPLY_PRIMING

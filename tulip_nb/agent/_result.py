@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tulip_nb.core.messages import Message
+from tulip_nb.core import Message
 from tulip_nb.core.state import AgentState, ToolExecution
-from tulip_nb.models.base import Usage
+from tulip_nb.models import Usage
 
 __all__: list[str] = []
 

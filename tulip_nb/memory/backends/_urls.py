@@ -121,11 +121,11 @@ def checkpointer_from_url(url: str, **kwargs: Any) -> BaseCheckpointer:
 
         return FileCheckpointer(base_dir=where or ".tulip_checkpoints", **kwargs)
     if scheme == "memory":
-        from tulip_nb.memory.backends.memory import MemoryCheckpointer
+        from tulip_nb.memory.backends._memory import MemoryCheckpointer
 
         return MemoryCheckpointer(**kwargs)
     if scheme == "s3":
-        from tulip_nb.memory.backends.s3 import S3Backend
+        from tulip_nb.memory.backends._s3 import S3Backend
 
         parts = urlsplit(url)
         options = dict(parse_qsl(parts.query))
@@ -136,23 +136,23 @@ def checkpointer_from_url(url: str, **kwargs: Any) -> BaseCheckpointer:
             prefix += "/"
         return S3Backend(parts.netloc, prefix or "tulip/checkpoints/", **{**options, **kwargs})
     if scheme in ("redis", "rediss"):
-        from tulip_nb.memory.backends.adapters import redis_checkpointer
+        from tulip_nb.memory.backends._adapters import redis_checkpointer
 
         clean, options = _split_options(url, {"prefix", "ttl_seconds", "layout"})
         ttl = options.pop("ttl_seconds", None)
         return redis_checkpointer(url=clean, ttl_seconds=int(ttl) if ttl else None, **{**options, **kwargs})
     if scheme in ("postgresql", "postgres"):
-        from tulip_nb.memory.backends.adapters import postgresql_checkpointer
+        from tulip_nb.memory.backends._adapters import postgresql_checkpointer
 
         clean, options = _split_options(url, {"table_name", "schema_name", "layout"})
         return postgresql_checkpointer(dsn=clean, **{**options, **kwargs})
     if scheme == "mysql":
-        from tulip_nb.memory.backends.adapters import mysql_checkpointer
+        from tulip_nb.memory.backends._adapters import mysql_checkpointer
 
         clean, options = _split_options(url, {"table_name", "layout"})
         return mysql_checkpointer(dsn=clean, **{**options, **kwargs})
     if scheme in ("opensearch", "opensearchs"):
-        from tulip_nb.memory.backends.adapters import opensearch_checkpointer
+        from tulip_nb.memory.backends._adapters import opensearch_checkpointer
 
         clean, options = _split_options(url, {"index_name"})
         parts = urlsplit(clean)

@@ -23,7 +23,7 @@ agent wrote; :mod:`tulip_nb.core.turns`). ``messages``, ``usage`` and ``checkpoi
 
 Every view is a property (``t.usage_for(tools)`` is the one with an argument). Everything is sync
 (works in a notebook cell); ``await aopen_thread(...)`` is the async twin. Where a checkpointer is
-taken, a URL works too (:func:`~tulip_nb.memory.urls.checkpointer_from_url`).
+taken, a URL works too (:func:`~tulip_nb.memory.backends.checkpointer_from_url`).
 Token counts are exact (:mod:`tulip_nb.tokens`) and cached per message. A thread written by an
 agent carries its manager's per-message counts (checked against the messages' bytes), so opening
 it does not encode the whole history again.
@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 from tulip_nb._deps import require
 from tulip_nb._sync import run_sync, sync_twin
+from tulip_nb.core import Message
 from tulip_nb.core.calls import model_call_count, model_calls
 from tulip_nb.core.canonical import same_message
 from tulip_nb.core.errors import CheckpointNotFound, UserError
 from tulip_nb.core.keys import ITERATION_KEY
-from tulip_nb.core.messages import Message
 from tulip_nb.core.state import AgentState
 from tulip_nb.core.turns import OUTCOMES, Turn, split_turns, turn_index, turn_starts
 from tulip_nb.lab._common import call_text, esc, short

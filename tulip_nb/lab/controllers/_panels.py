@@ -18,20 +18,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tulip_nb._sync import run_sync
+from tulip_nb.core import Message
 from tulip_nb.core.calls import calls_before, model_calls
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message
 from tulip_nb.core.turns import Turn, split_turns
 from tulip_nb.lab._budget import failed_turn_positions, recorded_limits
 from tulip_nb.lab._common import esc, short
 from tulip_nb.lab._plots import plot_token_usage, to_png
 from tulip_nb.lab._replay import Replay
+from tulip_nb.lab._thread import Thread, open_thread, threads
 from tulip_nb.lab._window import Window, over_window, window_for
 from tulip_nb.lab.controllers._aligned import AlignedRow, aligned_html, aligned_rows
 from tulip_nb.lab.controllers._html import message_cell, more_note, note, png_tag, scroll_box, table
 from tulip_nb.lab.diff import ThreadDiff, diff_threads
 from tulip_nb.lab.export import REPORT_COLUMNS, aexport_threads, open_checkpointer
-from tulip_nb.lab.thread import Thread, open_thread, threads
 from tulip_nb.memory.checkpointer import BaseCheckpointer
 from tulip_nb.memory.compactor import LLMCompactor
 from tulip_nb.memory.conversation.events import compaction_events

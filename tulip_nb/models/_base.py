@@ -18,9 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from tulip_nb.core import errors
+from tulip_nb.core import Message, errors
 from tulip_nb.core.errors import TulipNBError
-from tulip_nb.core.messages import Message
 
 __all__: list[str] = []
 
@@ -31,7 +30,7 @@ class Usage:
 
     ``cached_tokens``: prompt tokens the *provider* served from its prompt cache (billed cheaper).
     ``cache_hits``: how many of the ``requests`` were answered by a tulip_nb
-    :class:`~tulip_nb.models.cache.ModelCache` instead of the provider (free, nothing sent);
+    :class:`~tulip_nb.models._cache.ModelCache` instead of the provider (free, nothing sent);
     :attr:`cached` is True when all of them were. ``cost``: what the calls cost when they were made,
     in USD, from the price table (:mod:`tulip_nb.models.pricing`); None when a price is unknown
     (never 0 for "unknown"); an offline model costs 0.

@@ -50,9 +50,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from tulip_nb.core import Message
 from tulip_nb.core.errors import UserError
-from tulip_nb.core.messages import Message
-from tulip_nb.models.base import Model, ModelResponse, Usage
+from tulip_nb.models._base import Model, ModelResponse, Usage
 
 __all__: list[str] = []
 

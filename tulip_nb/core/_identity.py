@@ -1,6 +1,6 @@
 """Caches keyed by object identity: a value computed once per *object*, safe against reused ids.
 
-A message never changes once appended (:class:`~tulip_nb.core.messages.Message` is frozen), so
+A message never changes once appended (:class:`~tulip_nb.core._messages.Message` is frozen), so
 whatever is derived from it — its token count, its cleared-content stub — can be computed once and
 looked up by ``id(message)``: one dict lookup, no hashing of content. An id alone is not a safe key,
 though: CPython reuses the id of a dead object for the next one allocated, so a plain
