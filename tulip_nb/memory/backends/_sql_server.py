@@ -662,16 +662,19 @@ class MySQLDialect(ServerDialect):
         )
         now = "UTC_TIMESTAMP(6)"
         exact = "thread_id = %s AND CAST(thread_id AS BINARY) = CAST(%s AS BINARY)"
+        # every key is checked against the table as it was, before any op: a record put where the
+        # collation equates it with one deleted in the same ops is refused too (nothing written)
+        for op in ops:
+            if isinstance(op, (Put, Copy)):
+                self._check_key(conn, op.key if isinstance(op, Put) else op.dest)
         for op in ops:
             match op:
                 case Put(key, value, meta):
-                    self._check_key(conn, key)
                     conn.native(
                         f"INSERT INTO {t} {cols} VALUES (%s, MD5(RAND()), %s, {now}, {now}, %s)" + upsert,
                         (key, value.decode(), meta.decode()),
                     )
                 case Copy(source, dest):
-                    self._check_key(conn, dest)
                     conn.native(
                         f"INSERT INTO {t} {cols} SELECT %s, MD5(RAND()), data, {now}, {now}, '{{}}'"
                         f" FROM {t} WHERE {exact}" + upsert,
