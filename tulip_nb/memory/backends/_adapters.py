@@ -92,11 +92,9 @@ from tulip_nb.memory.checkpointer import (
     Checkpoint,
     CheckpointInfo,
     check_expected_parent,
-    new_checkpoint_id,
     next_created_at,
     save_metadata,
     validate_checkpoint,
-    validate_checkpoint_id,
     validate_thread_id,
 )
 
@@ -283,6 +281,9 @@ class StorageBackendAdapter(InTreeCheckpointer):
             created = created.replace(tzinfo=UTC)
         return Checkpoint(cid, thread_id, created, state, dict(meta))
 
+    def _check_id(self, checkpoint_id: str, thread_id: str) -> None:
+        check_checkpoint_id(checkpoint_id, thread_id)
+
     # -- contract -----------------------------------------------------------------------------
     async def save(
         self,
@@ -293,11 +294,7 @@ class StorageBackendAdapter(InTreeCheckpointer):
         *,
         expected_parent: str | None = None,
     ) -> str:
-        if not isinstance(state, AgentState):
-            raise TypeError(f"save(state, thread_id) takes an AgentState, got {type(state).__name__}")
-        validate_thread_id(thread_id)
-        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
-        check_checkpoint_id(cid, thread_id)
+        cid = self._save_id(state, thread_id, checkpoint_id)
         state_bytes = state_json_bytes(state)  # outside the transaction: it may be retried
         ikey, rkey = index_key(thread_id), record_key(thread_id, cid)
 

@@ -35,8 +35,11 @@ from tulip_nb.memory.checkpointer import (
     Checkpoint,
     CheckpointInfo,
     check_expected_parent,
+    new_checkpoint_id,
     next_created_at,
     save_metadata,
+    validate_checkpoint_id,
+    validate_thread_id,
 )
 
 __all__ = ["InTreeCheckpointer", "SavePlan", "newest_first", "prepare_save"]
@@ -123,6 +126,20 @@ class InTreeCheckpointer(BaseCheckpointer):
     A backend overrides a derived method only where it has a cheaper native way (e.g. S3 lists
     thread ids from keys without reading any object).
     """
+
+    # -- a save's ids -------------------------------------------------------------------------
+    def _check_id(self, checkpoint_id: str, thread_id: str) -> None:
+        """Refuse a checkpoint id the store cannot hold, before anything is written (a hook)."""
+
+    def _save_id(self, state: AgentState, thread_id: str, checkpoint_id: str | None) -> str:
+        """The checked id a ``save(state, thread_id, checkpoint_id)`` writes (a new one when None),
+        after refusing a state that is not an :class:`AgentState` and an invalid thread id."""
+        if not isinstance(state, AgentState):
+            raise TypeError(f"save(state, thread_id) takes an AgentState, got {type(state).__name__}")
+        validate_thread_id(thread_id)
+        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
+        self._check_id(cid, thread_id)
+        return cid
 
     # -- primitives ---------------------------------------------------------------------------
     @abstractmethod

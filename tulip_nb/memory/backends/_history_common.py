@@ -36,7 +36,6 @@ from tulip_nb.memory.checkpointer import (
     Capabilities,
     Checkpoint,
     CheckpointInfo,
-    new_checkpoint_id,
     validate_checkpoint,
     validate_checkpoint_id,
     validate_thread_id,
@@ -252,9 +251,6 @@ class HistoryCheckpointer(InTreeCheckpointer):
         )
 
     # -- saves ------------------------------------------------------------------------------
-    def _check_id(self, checkpoint_id: str, thread_id: str) -> None:
-        """Refuse a checkpoint id the store cannot hold, before anything is written (a hook)."""
-
     async def save(
         self,
         state: AgentState,
@@ -264,11 +260,7 @@ class HistoryCheckpointer(InTreeCheckpointer):
         *,
         expected_parent: str | None = None,
     ) -> str:
-        if not isinstance(state, AgentState):
-            raise TypeError(f"save(state, thread_id) takes an AgentState, got {type(state).__name__}")
-        validate_thread_id(thread_id)
-        cid = validate_checkpoint_id(checkpoint_id, thread_id) if checkpoint_id else new_checkpoint_id()
-        self._check_id(cid, thread_id)
+        cid = self._save_id(state, thread_id, checkpoint_id)
         chain = self._chains.chain(thread_id, state.messages)
         pending = PendingSave(
             thread_id, cid, state, metadata, expected_parent, chain, bool(checkpoint_id), self._blobs, self.sign
